@@ -1,0 +1,1 @@
+"""Actions: perform the engine's decisions on the cluster (evictions; dry-run by default)."""

@@ -1,0 +1,1 @@
+"""Generated artefacts: everything here is derived from the catalogue (one source of truth)."""

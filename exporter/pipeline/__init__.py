@@ -1,0 +1,1 @@
+"""Pipeline: PySpark plan from raw broker bodies to per-entity aggregates."""

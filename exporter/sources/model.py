@@ -1,0 +1,99 @@
+"""What the sources hand to the pipeline: raw broker bodies (spooled to disk), admin stats, health.
+
+Broker bodies are never decoded in Python: they are streamed to a spool file that the Spark
+plan reads line by line (DESIGN.md, "Parsing is the hot path"). A failing source keeps its last
+good body in use and says so in its `SourceHealth`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ScrapeError(StrEnum):
+    """Why a fetch failed; the values are the `reason` label of the scrape-error counter."""
+
+    REFUSED = "refused"
+    TIMEOUT = "timeout"
+    HTTP_ERROR = "http_error"
+    TLS = "tls"
+    AUTH = "auth"
+    MALFORMED = "malformed"
+    MISSING_FIELDS = "missing_fields"
+    OTHER = "other"
+
+
+class SourceKind(StrEnum):
+    BROKER = "broker"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class BrokerBody:
+    """One broker's /metrics body as fetched, stored at `path` (Prometheus text format)."""
+
+    source: str  # the configured URL, also the `source` label
+    path: str  # spool file holding the body, bytes exactly as served (decompressed)
+    size_bytes: int
+    fetched_at: float  # unix seconds when the fetch completed
+
+
+@dataclass(frozen=True)
+class SourceHealth:
+    source: str
+    kind: SourceKind
+    up: bool  # the last fetch succeeded
+    last_success: float | None  # unix seconds; None if never
+    last_error: ScrapeError | None
+    last_error_detail: str  # one line, for logs and /api/v1/status
+    errors: tuple[tuple[ScrapeError, int], ...]  # cumulative counts by reason
+
+
+@dataclass(frozen=True)
+class SubscriptionStats:
+    """Admin REST view of one subscription (Apache Pulsar TopicStats.subscriptions[name])."""
+
+    name: str
+    msg_backlog: int
+    backlog_size: int | None  # bytes; absent on old brokers
+    unacked_messages: int
+    consumers: int
+    type: str | None  # Exclusive | Shared | Failover | Key_Shared
+
+
+@dataclass(frozen=True)
+class TopicStats:
+    """Admin REST view of one topic; precise backlog age where the broker reports it (>= 3.2)."""
+
+    topic: str  # persistent://tenant/ns/topic
+    backlog_size: int | None
+    msg_in_counter: int | None
+    bytes_in_counter: int | None
+    oldest_backlog_message_age_seconds: float | None  # None when absent or -1 (unknown)
+    oldest_backlog_message_subscription: str | None
+    subscriptions: tuple[SubscriptionStats, ...]
+
+
+@dataclass(frozen=True)
+class BundleOwnership:
+    namespace: str  # tenant/ns
+    bundle: str  # 0x00000000_0x40000000
+    broker: str | None
+
+
+@dataclass(frozen=True)
+class AdminSnapshot:
+    fetched_at: float
+    topics: tuple[TopicStats, ...]
+    bundles: tuple[BundleOwnership, ...]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one cycle knows about the cluster, before any parsing."""
+
+    taken_at: float
+    bodies: tuple[BrokerBody, ...]  # last good body per broker source (may be stale)
+    admin: AdminSnapshot | None
+    health: tuple[SourceHealth, ...]
