@@ -12,10 +12,14 @@ LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
 PIP_323 = {
     "pulsar_storage_backlog_age_seconds": ("gauge", {"cluster", "namespace", "topic"}),
     "pulsar_storage_backlog_quota_exceeded_evictions_total": (
-        "counter", {"cluster", "namespace", "topic", "quota_type"}),
+        "counter",
+        {"cluster", "namespace", "topic", "quota_type"},
+    ),
     "pulsar_storage_backlog_quota_check_duration_seconds": ("histogram", {"cluster"}),
     "pulsar_broker_storage_backlog_quota_exceeded_evictions_total": (
-        "counter", {"cluster", "quota_type"}),
+        "counter",
+        {"cluster", "quota_type"},
+    ),
     "pulsar_storage_backlog_quota_limit": ("gauge", {"cluster", "namespace", "topic"}),
     "pulsar_storage_backlog_quota_limit_time": ("gauge", {"cluster", "namespace", "topic"}),
     "pulsar_storage_backlog_size": ("gauge", {"cluster", "namespace", "topic"}),

@@ -5,8 +5,11 @@ from exporter.generate.all import ROOT, generate, outputs
 
 
 def test_committed_generated_files_are_current():
-    stale = [p for p, make in outputs().items() if make(p.read_text(encoding="utf-8"))
-             != p.read_text(encoding="utf-8")]
+    stale = [
+        p
+        for p, make in outputs().items()
+        if make(p.read_text(encoding="utf-8")) != p.read_text(encoding="utf-8")
+    ]
     assert not stale, f"run `pulsar-quota-exporter generate`: {stale}"
     assert generate(check=True) == 0
 

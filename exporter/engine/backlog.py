@@ -1,0 +1,347 @@
+"""Backlog quota: which quota applies to a topic, whether it is exceeded, and how far to evict.
+
+Pulsar's broker (`BrokerService.monitorBacklogQuota`, `PersistentTopic`,
+`BacklogQuotaManager`) is the reference; where we differ it is on purpose, as listed here.
+
+- Precedence: topic > namespace > default, the most specific configured object replacing the
+  whole quota (our config contract). Pulsar resolves its two quota types
+  (`destination_storage`, `message_age`) separately through topic → namespace → broker
+  policies; our config has one object per level holding both limits and one policy.
+- The topic backlog is that of the subscription holding the oldest unacknowledged message
+  (PIP-323). Where no subscription's publish time is known we fall back to the one with the
+  largest backlog (without individual-ack holes it is the same subscription) and say so.
+- Size exceeded: strictly more bytes than the limit. Pulsar tests `backlog >= limit`
+  (`isSizeBacklogExceeded`), which is harmless there because it evicts down to 90 % of the
+  limit; we evict down to the limit itself, and with `>=` a topic left exactly at its limit
+  by its own eviction would be flagged again on every check. Time exceeded: the oldest
+  message is strictly older than the limit, as in Pulsar (`now > publish + limit`).
+  Disabled: `None`, a negative size, a time ≤ 0 (Pulsar's -1 / ≤ 0 conventions).
+- Eviction goes down to the limit exactly, never further. Pulsar targets 90 % of the size
+  limit (and 90 % of the time limit in precise mode) as hysteresis against re-triggering;
+  that discards messages the operator's quota allows to keep. Our check runs every cycle and
+  counts every eviction, so a re-trigger is cheap and visible. Size: per subscription the
+  fewest messages whose skip brings it to ≤ limit, ceil(excess / bytes-per-message), so
+  what remains is within one message below the limit. Time: the cut-off `now − limit`;
+  messages published before it go, nothing newer.
+- Which subscriptions. Size: as Pulsar's eviction loop (skip on the slowest cursor, recompute
+  the topic backlog, repeat while it is over the target): oldest-first, every subscription
+  over the limit until the first one within it. Time: every subscription with messages older
+  than the cut-off (Pulsar expires on all subscriptions), including those whose publish time
+  is unknown: expiring by cut-off removes nothing a time limit allows to keep.
+- Both limits in one check: Pulsar evaluates the time quota only when the size quota is not
+  exceeded; we report both and plan both (each cut is required on its own; applied together
+  a subscription loses the larger of the two heads).
+- The decision ignores `enforce`: actions/ performs a plan or only counts it (dry run).
+  `producer_request_hold` / `producer_exception` are exported as what the broker would do.
+
+Pure: no I/O, no clock; `now` is epoch seconds passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+
+from exporter.config import BacklogQuota, BacklogQuotas, RetentionPolicy
+
+
+class QuotaSource(StrEnum):
+    """Which level's quota object applies to a topic."""
+
+    TOPIC = "topic"
+    NAMESPACE = "namespace"
+    DEFAULT = "default"
+
+
+class QuotaType(StrEnum):
+    """The `quota_type` label of PIP-323's eviction counters."""
+
+    SIZE = "size"
+    TIME = "time"
+
+
+class TimeSource(StrEnum):
+    PRECISE = "precise"  # admin REST: the broker read the message
+    ESTIMATED = "estimated"  # our age table (agetable.py), interpolated
+    LOWER_BOUND = "lower_bound"  # age table: published at or before this time, maybe earlier
+
+
+class LimitStatus(StrEnum):
+    NO_LIMIT = "no_limit"
+    WITHIN = "within"
+    EXCEEDED = "exceeded"
+    UNKNOWN = "unknown"  # a limit is set but the measure is missing: no action on it
+
+
+class HolderBasis(StrEnum):
+    """How the subscription that defines the topic backlog was chosen."""
+
+    OLDEST_MESSAGE = "oldest_message"  # PIP-323's definition
+    LARGEST_BACKLOG = "largest_backlog"  # fallback: no publish time known
+    NO_BACKLOG = "no_backlog"  # nothing unacknowledged on any subscription
+
+
+class SizeBasis(StrEnum):
+    REPORTED = "reported"  # the source gave the subscription's backlog bytes
+    FROM_AVERAGE = "from_average"  # messages × the topic's average message size
+    UNKNOWN = "unknown"
+
+
+class Action(StrEnum):
+    """What the broker does (or would do) about this topic now."""
+
+    NONE = "none"
+    PRODUCER_REQUEST_HOLD = RetentionPolicy.PRODUCER_REQUEST_HOLD.value
+    PRODUCER_EXCEPTION = RetentionPolicy.PRODUCER_EXCEPTION.value
+    CONSUMER_BACKLOG_EVICTION = RetentionPolicy.CONSUMER_BACKLOG_EVICTION.value
+
+
+# --- input --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionBacklog:
+    name: str
+    backlog_messages: int
+    backlog_bytes: int | None = None  # None: the source does not report it per subscription
+    oldest_publish_time: float | None = None  # epoch seconds; None: unknown
+    time_source: TimeSource = TimeSource.ESTIMATED
+
+
+@dataclass(frozen=True, slots=True)
+class TopicBacklogState:
+    topic: str  # persistent://tenant/ns/t
+    namespace: str  # tenant/ns
+    subscriptions: tuple[SubscriptionBacklog, ...]
+    average_message_size: float | None = None  # bytes/message, from cumulative counters
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SizeEviction:
+    """Skip `skip_messages` of the subscription's oldest messages."""
+
+    subscription: str
+    skip_messages: int
+    backlog_bytes: float  # before the skip
+    bytes_per_message: float  # the subscription's own average where known, else the topic's
+
+    @property
+    def remaining_bytes(self) -> float:
+        return self.backlog_bytes - self.skip_messages * self.bytes_per_message
+
+
+@dataclass(frozen=True, slots=True)
+class TimeEviction:
+    """Drop the subscription's messages published before `cutoff` (epoch seconds)."""
+
+    subscription: str
+    cutoff: float
+    oldest_publish_time: float | None  # None: unknown; the cut then removes only what is older
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionPlan:
+    size: tuple[SizeEviction, ...] = ()
+    time: tuple[TimeEviction, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.size and not self.time
+
+    @property
+    def quota_types(self) -> frozenset[QuotaType]:
+        return frozenset(
+            kind
+            for kind, part in ((QuotaType.SIZE, self.size), (QuotaType.TIME, self.time))
+            if part
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDecision:
+    topic: str
+    namespace: str
+    quota: BacklogQuota
+    quota_source: QuotaSource
+    holder: str | None  # subscription defining the topic backlog
+    holder_basis: HolderBasis
+    backlog_messages: int
+    backlog_bytes: float | None
+    size_basis: SizeBasis
+    oldest_publish_time: float | None
+    time_source: TimeSource | None
+    backlog_age_seconds: float | None  # 0 with no backlog; None: unknown (series absent)
+    size: LimitStatus
+    time: LimitStatus
+    action: Action
+    plan: EvictionPlan  # empty unless the action is consumer_backlog_eviction
+
+    @property
+    def exceeded(self) -> frozenset[QuotaType]:
+        return frozenset(
+            kind
+            for kind, status in ((QuotaType.SIZE, self.size), (QuotaType.TIME, self.time))
+            if status is LimitStatus.EXCEEDED
+        )
+
+
+# --- the engine ---------------------------------------------------------------------------
+
+
+def effective_quota(
+    topic: str, namespace: str, quotas: BacklogQuotas
+) -> tuple[BacklogQuota, QuotaSource]:
+    """The most specific configured quota object, whole, and the level it came from."""
+    if topic in quotas.topics:
+        return quotas.topics[topic], QuotaSource.TOPIC
+    if namespace in quotas.namespaces:
+        return quotas.namespaces[namespace], QuotaSource.NAMESPACE
+    return quotas.default, QuotaSource.DEFAULT
+
+
+def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float) -> TopicDecision:
+    """Check one topic's backlog against its quota and plan the eviction it requires."""
+    quota, source = effective_quota(state.topic, state.namespace, quotas)
+    ordered = _oldest_first(state.subscriptions)
+    avg = _usable(state.average_message_size)
+    limit_size = (
+        quota.limit_size if quota.limit_size is not None and quota.limit_size >= 0 else None
+    )
+    limit_time = quota.limit_time if quota.limit_time is not None and quota.limit_time > 0 else None
+    cutoff = None if limit_time is None else now - limit_time
+
+    if not ordered:
+        return TopicDecision(
+            topic=state.topic,
+            namespace=state.namespace,
+            quota=quota,
+            quota_source=source,
+            holder=None,
+            holder_basis=HolderBasis.NO_BACKLOG,
+            backlog_messages=0,
+            backlog_bytes=0.0,
+            size_basis=SizeBasis.REPORTED,
+            oldest_publish_time=None,
+            time_source=None,
+            backlog_age_seconds=0.0,
+            size=LimitStatus.NO_LIMIT if limit_size is None else LimitStatus.WITHIN,
+            time=LimitStatus.NO_LIMIT if cutoff is None else LimitStatus.WITHIN,
+            action=Action.NONE,
+            plan=EvictionPlan(),
+        )
+
+    holder = ordered[0]
+    oldest = holder.oldest_publish_time
+    holder_bytes, size_basis = _bytes(holder, avg)
+    if limit_size is None:
+        size = LimitStatus.NO_LIMIT
+    elif holder_bytes is None:
+        size = LimitStatus.UNKNOWN
+    else:
+        size = LimitStatus.EXCEEDED if holder_bytes > limit_size else LimitStatus.WITHIN
+    if cutoff is None:
+        time = LimitStatus.NO_LIMIT
+    elif oldest is None:
+        time = LimitStatus.UNKNOWN
+    else:
+        time = LimitStatus.EXCEEDED if oldest < cutoff else LimitStatus.WITHIN
+
+    exceeded = LimitStatus.EXCEEDED in (size, time)
+    action = Action(quota.policy.value) if exceeded else Action.NONE
+    plan = EvictionPlan()
+    if action is Action.CONSUMER_BACKLOG_EVICTION:
+        plan = EvictionPlan(
+            size=_size_plan(ordered, avg, limit_size) if size is LimitStatus.EXCEEDED else (),
+            time=_time_plan(ordered, cutoff) if time is LimitStatus.EXCEEDED else (),
+        )
+    return TopicDecision(
+        topic=state.topic,
+        namespace=state.namespace,
+        quota=quota,
+        quota_source=source,
+        holder=holder.name,
+        holder_basis=(
+            HolderBasis.LARGEST_BACKLOG if oldest is None else HolderBasis.OLDEST_MESSAGE
+        ),
+        backlog_messages=holder.backlog_messages,
+        backlog_bytes=None if holder_bytes is None else float(holder_bytes),
+        size_basis=size_basis,
+        oldest_publish_time=oldest,
+        time_source=None if oldest is None else holder.time_source,
+        backlog_age_seconds=None if oldest is None else max(0.0, now - oldest),
+        size=size,
+        time=time,
+        action=action,
+        plan=plan,
+    )
+
+
+def _usable(avg: float | None) -> float | None:
+    return avg if avg is not None and math.isfinite(avg) and avg >= 0 else None
+
+
+def _oldest_first(subscriptions: Sequence[SubscriptionBacklog]) -> list[SubscriptionBacklog]:
+    """Subscriptions with a backlog, the one holding the topic's oldest message first.
+
+    Known publish times first, oldest first; then those with unknown times, largest backlog
+    first (the slowest cursor when acks leave no holes). Names break ties, for determinism.
+    """
+    backlogged = [s for s in subscriptions if s.backlog_messages > 0]
+    timed = sorted(
+        (s for s in backlogged if s.oldest_publish_time is not None),
+        key=lambda s: (s.oldest_publish_time, -s.backlog_messages, s.name),
+    )
+    untimed = sorted(
+        (s for s in backlogged if s.oldest_publish_time is None),
+        key=lambda s: (-s.backlog_messages, s.name),
+    )
+    return timed + untimed
+
+
+def _bytes(sub: SubscriptionBacklog, avg: float | None) -> tuple[Fraction | None, SizeBasis]:
+    if sub.backlog_bytes is not None:
+        return Fraction(sub.backlog_bytes), SizeBasis.REPORTED
+    if avg is not None:
+        return sub.backlog_messages * Fraction(avg), SizeBasis.FROM_AVERAGE
+    return None, SizeBasis.UNKNOWN
+
+
+def _bytes_per_message(sub: SubscriptionBacklog, avg: float | None) -> Fraction | None:
+    """The subscription's own average where known (what Pulsar's skip factor uses)."""
+    if sub.backlog_bytes is not None:
+        return Fraction(sub.backlog_bytes, sub.backlog_messages)
+    return None if avg is None else Fraction(avg)
+
+
+def _size_plan(
+    ordered: Sequence[SubscriptionBacklog], avg: float | None, limit: int | None
+) -> tuple[SizeEviction, ...]:
+    if limit is None:
+        return ()
+    plan: list[SizeEviction] = []
+    for sub in ordered:
+        backlog, _ = _bytes(sub, avg)
+        per_message = _bytes_per_message(sub, avg)
+        if backlog is None or per_message is None or backlog <= limit or per_message <= 0:
+            break  # the topic backlog is within the limit from here on (or unknowable)
+        skip = min(sub.backlog_messages, -(-(backlog - limit) // per_message))
+        plan.append(SizeEviction(sub.name, int(skip), float(backlog), float(per_message)))
+    return tuple(plan)
+
+
+def _time_plan(
+    ordered: Sequence[SubscriptionBacklog], cutoff: float | None
+) -> tuple[TimeEviction, ...]:
+    if cutoff is None:
+        return ()
+    return tuple(
+        TimeEviction(sub.name, cutoff, sub.oldest_publish_time)
+        for sub in ordered
+        if sub.oldest_publish_time is None or sub.oldest_publish_time < cutoff
+    )

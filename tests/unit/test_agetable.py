@@ -1,0 +1,243 @@
+"""Backlog-age estimator: interpolation, idle topics, resets, bounded tables, monotonicity."""
+
+from __future__ import annotations
+
+import random
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.engine.agetable import (
+    AgeTables,
+    Collapsed,
+    Estimate,
+    Inserted,
+    Method,
+    NoBacklog,
+    NoPoints,
+    OutOfOrder,
+    Point,
+    Reset,
+    topic_age,
+)
+
+T = "persistent://acme/orders/t1"
+
+
+def table(*points: tuple[float, int], max_points: int = 60) -> AgeTables:
+    tables = AgeTables(max_points)
+    for t, published in points:
+        tables.observe(T, t, published)
+    return tables
+
+
+# --- interpolation ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backlog", "age", "method"),
+    [
+        # Table: 0 messages at t=0, 100 at t=100, 300 at t=200; now=250, published 300.
+        (1, 50.0, Method.INTERPOLATED),  # message #300, published at t=200
+        (100, 99.5, Method.INTERPOLATED),  # #201: 100 + 101/200·100 = 150.5
+        (200, 149.5, Method.INTERPOLATED),  # #101: 100 + 1/200·100 = 100.5
+        (250, 199.0, Method.INTERPOLATED),  # #51: t=51
+        (300, 249.0, Method.INTERPOLATED),  # #1: t=1
+        (301, 250.0, Method.LOWER_BOUND),  # older than the oldest point: ≥ now − 0
+        (10**6, 250.0, Method.LOWER_BOUND),
+    ],
+)
+def test_interpolation_on_a_hand_built_table(backlog, age, method) -> None:
+    tables = table((0.0, 0), (100.0, 100), (200.0, 300))
+    result = tables.estimate(T, backlog, 300, now=250.0)
+    assert result == Estimate(pytest.approx(age), method)
+
+
+def test_a_snapshot_newer_than_the_table_closes_it() -> None:
+    # Not yet observed: (200, 200) is taken from the snapshot itself.
+    tables = table((0.0, 0), (100.0, 100))
+    assert tables.estimate(T, 50, 200, now=200.0) == Estimate(49.0, Method.INTERPOLATED)
+
+
+def test_the_earliest_time_a_count_was_reached_is_used() -> None:
+    # 100 reached at t=10, then flat until t=50; the 100th message dates from t=10.
+    tables = table((0.0, 0), (10.0, 100), (50.0, 100), (60.0, 200))
+    assert tables.estimate(T, 101, 200, now=60.0) == Estimate(50.0, Method.INTERPOLATED)
+
+
+def test_no_backlog_and_no_points() -> None:
+    tables = table((0.0, 0), (10.0, 10))
+    assert tables.estimate(T, 0, 10, now=20.0) == NoBacklog()
+    assert tables.estimate("persistent://other/ns/t", 5, 10, now=20.0) == NoPoints()
+    assert table((0.0, 10)).estimate(T, 5, 10, now=20.0) == NoPoints()
+    # The snapshot's counter is below the table's: a restart not yet observed.
+    assert tables.estimate(T, 5, 3, now=20.0) == NoPoints()
+
+
+def test_age_is_never_negative_when_now_lags_the_table() -> None:
+    tables = table((0.0, 0), (100.0, 100))
+    result = tables.estimate(T, 1, 100, now=50.0)
+    assert isinstance(result, Estimate)
+    assert result.age_seconds == 0.0
+
+
+# --- observe() outcomes ---------------------------------------------------------------------
+
+
+def test_idle_topic_ages_by_wall_time_and_its_table_stays_small() -> None:
+    tables = AgeTables(max_points=5)
+    assert tables.observe(T, 0.0, 0) == Inserted()
+    assert tables.observe(T, 60.0, 100) == Inserted()
+    assert tables.observe(T, 120.0, 100) == Inserted()
+    for k in range(3, 1_000):
+        assert tables.observe(T, 60.0 * k, 100) == Collapsed(run_start=60.0, published=100)
+    assert tables.points(T) == (Point(0.0, 0), Point(60.0, 100), Point(60.0 * 999, 100))
+    # Message #51 was published at t=30.6 whatever the table's age; it ages with the clock.
+    for now in (60.0 * 999, 10**6):
+        assert tables.estimate(T, 50, 100, now=now) == Estimate(
+            pytest.approx(now - 30.6), Method.INTERPOLATED
+        )
+
+
+def test_counter_reset_rebases_the_table() -> None:
+    tables = table((0.0, 0), (60.0, 600))
+    assert tables.observe(T, 120.0, 10) == Reset(previous=600, published=10)
+    assert tables.points(T) == (Point(120.0, 10),)
+    assert tables.estimate(T, 100, 10, now=120.0) == NoPoints()
+    assert tables.observe(T, 180.0, 70) == Inserted()
+    # The backlog outlived the restart (100 > 70 published since): at least since the re-base.
+    assert tables.estimate(T, 100, 70, now=200.0) == Estimate(80.0, Method.LOWER_BOUND)
+    # Message #41 of the new epoch: 120 + (41 − 10) / (70 − 10) · 60 = 151.
+    assert tables.estimate(T, 30, 70, now=200.0) == Estimate(
+        pytest.approx(200.0 - 151.0), Method.INTERPOLATED
+    )
+
+
+def test_out_of_order_points_are_ignored() -> None:
+    tables = table((0.0, 0), (60.0, 600))
+    assert tables.observe(T, 60.0, 700) == OutOfOrder(newest_time=60.0)
+    assert tables.observe(T, 30.0, 700) == OutOfOrder(newest_time=60.0)
+    assert tables.points(T) == (Point(0.0, 0), Point(60.0, 600))
+
+
+def test_max_points_must_leave_an_interior() -> None:
+    with pytest.raises(ValueError, match="max_points"):
+        AgeTables(max_points=3)
+
+
+# --- bounded memory -------------------------------------------------------------------------
+
+
+def test_bounded_under_ten_thousand_observations() -> None:
+    rng = random.Random(7)
+    tables = AgeTables(max_points=60)
+    t, published, thinned = 0.0, 0, 0
+    first = rng.uniform(1, 120)
+    for _ in range(10_000):
+        t += rng.uniform(1, 120) if t else first
+        published += rng.choice([0, 0, 1, 10, 1_000])
+        result = tables.observe(T, t, published)
+        thinned += result.thinned if isinstance(result, Inserted) else 0
+        assert len(tables.points(T)) <= 60
+    points = tables.points(T)
+    assert thinned > 0
+    assert points[0].time == first  # the oldest point is never merged away
+    assert all(a.time < b.time and a.published <= b.published for a, b in pairwise(points))
+    assert points[-1] == Point(t, published)
+
+
+def test_thinning_keeps_a_steady_rate_exact() -> None:
+    tables = AgeTables(max_points=20)
+    for second in range(10_001):
+        tables.observe(T, float(second), 10 * second)
+    assert len(tables.points(T)) <= 20
+    assert tables.points(T)[0] == Point(0.0, 0)
+    # Message #50001 was published at t=5000.1 (10 per second).
+    assert tables.estimate(T, 50_000, 100_000, now=10_000.0) == Estimate(
+        pytest.approx(4_999.9), Method.INTERPOLATED
+    )
+
+
+def test_thinning_keeps_the_start_of_an_idle_stretch() -> None:
+    tables = AgeTables(max_points=20)
+    for second in range(0, 1_001, 10):  # busy: 1 message per second until t=1000
+        tables.observe(T, float(second), second)
+    for second in range(1_010, 5_001, 10):  # idle until t=5000
+        tables.observe(T, float(second), 1_000)
+    for second in range(5_010, 20_001, 10):  # busy again
+        tables.observe(T, float(second), 1_000 + (second - 5_000))
+    published = 1_000 + 15_000
+    # The 1000th message was published at t=1000, before the idle stretch.
+    result = tables.estimate(T, published - 999, published, now=20_000.0)
+    assert isinstance(result, Estimate)
+    assert result.age_seconds == pytest.approx(19_000.0, rel=0.01)
+
+
+def test_retain_drops_vanished_topics() -> None:
+    tables = AgeTables()
+    for topic in ("a", "b", "c"):
+        tables.observe(topic, 0.0, 0)
+    assert tables.retain(["b", "d"]) == 2
+    assert len(tables) == 1
+    assert "b" in tables
+    assert tables.points("a") == ()
+
+
+# --- the topic's age ------------------------------------------------------------------------
+
+
+def test_topic_age_is_the_largest_over_subscriptions() -> None:
+    a = Estimate(10.0, Method.INTERPOLATED)
+    b = Estimate(30.0, Method.INTERPOLATED)
+    assert topic_age([a, NoBacklog(), b]) == b
+    assert topic_age([NoBacklog(), NoBacklog()]) == NoBacklog()
+    assert topic_age([]) == NoBacklog()
+    assert topic_age([a, NoPoints(), b]) == NoPoints()
+    lower = Estimate(30.0, Method.LOWER_BOUND)
+    assert topic_age([b, lower]) == lower
+    assert topic_age([lower, b]) == lower
+
+
+# --- laws -------------------------------------------------------------------------------------
+
+histories = st.lists(
+    st.tuples(st.floats(0.001, 1_000), st.sampled_from([0, 0, 1, 7, 100, 5_000])),
+    min_size=1,
+    max_size=80,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    history=histories,
+    start=st.integers(0, 10**6),
+    backlogs=st.lists(st.integers(0, 10**6), min_size=2, max_size=20),
+    lag=st.floats(-100, 10**5),
+    max_points=st.integers(4, 30),
+)
+def test_estimate_is_monotone_in_backlog_and_never_negative(
+    history, start, backlogs, lag, max_points
+) -> None:
+    tables = AgeTables(max_points)
+    t, published = 0.0, start
+    tables.observe(T, t, published)
+    for dt, added in history:
+        t += dt
+        published += added
+        tables.observe(T, t, published)
+    now = t + lag
+    ages = []
+    methods = []
+    for backlog in sorted(backlogs):
+        result = tables.estimate(T, backlog, published, now)
+        assert not isinstance(result, NoPoints)
+        assert result.age_seconds >= 0
+        ages.append(result.age_seconds)
+        methods.append(result.method if isinstance(result, Estimate) else None)
+    assert ages == sorted(ages)
+    # Once a backlog reaches past the oldest point, every larger one does too.
+    first_bound = next((i for i, m in enumerate(methods) if m is Method.LOWER_BOUND), None)
+    if first_bound is not None:
+        assert all(m is Method.LOWER_BOUND for m in methods[first_bound:])

@@ -1,0 +1,56 @@
+"""The scheduler never overlaps cycles and counts the ticks an overrun skips."""
+
+import threading
+import time
+
+from exporter.scheduler import Scheduler
+
+
+def test_fast_cycles_run_every_interval_and_skip_nothing():
+    runs, skipped = [], []
+    s = Scheduler(0.05, lambda: runs.append(time.monotonic()), skipped.append)
+    t = threading.Thread(target=s.run)
+    t.start()
+    time.sleep(0.32)
+    s.stop()
+    t.join(2)
+    assert not t.is_alive()
+    assert 5 <= len(runs) <= 8
+    assert skipped == []
+
+
+def test_an_overrunning_cycle_skips_ticks_and_never_overlaps():
+    active, overlaps, skipped, runs = [0], [], [], []
+
+    def cycle():
+        active[0] += 1
+        if active[0] > 1:
+            overlaps.append(True)
+        runs.append(1)
+        time.sleep(0.25 if len(runs) == 1 else 0.0)  # first cycle covers ~5 ticks
+        active[0] -= 1
+
+    s = Scheduler(0.05, cycle, skipped.append)
+    t = threading.Thread(target=s.run)
+    t.start()
+    time.sleep(0.45)
+    s.stop()
+    t.join(2)
+    assert overlaps == []
+    assert skipped and skipped[0] >= 4
+
+
+def test_a_failing_cycle_does_not_stop_the_loop():
+    calls = []
+
+    def cycle():
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    s = Scheduler(0.02, cycle)
+    t = threading.Thread(target=s.run)
+    t.start()
+    time.sleep(0.15)
+    s.stop()
+    t.join(2)
+    assert len(calls) >= 3
