@@ -1,0 +1,151 @@
+"""The config's shape: frozen dataclasses the rest of the exporter reads, with every default.
+
+Every default lives here, once. Sizes are bytes, durations seconds, rates per second.
+`None` for a limit means "no limit" (Pulsar's -1). Kept apart from validation
+(`configsections`) so the contract reads on one page; import the types via `exporter.config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+
+def _frozen_map() -> Mapping:
+    return MappingProxyType({})
+
+
+class RetentionPolicy(StrEnum):
+    """What the broker does when a backlog quota is exceeded (Pulsar's names, snake_case)."""
+
+    PRODUCER_REQUEST_HOLD = "producer_request_hold"
+    PRODUCER_EXCEPTION = "producer_exception"
+    CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
+
+
+class MonitoringClass(StrEnum):
+    PUBLISH = "publish"
+    DISPATCH = "dispatch"
+
+
+class Allocator(StrEnum):
+    PULSAR = "pulsar"  # Pulsar's proportional ResourceQuotaCalculatorImpl
+    FAIR = "fair"  # max-min fair share with demand estimation
+
+
+@dataclass(frozen=True)
+class BacklogQuota:
+    """One quota object. The most specific object (topic > namespace > default) replaces the
+    whole quota: a namespace entry that names only `limit_time` has no size limit."""
+
+    limit_size: int | None = None  # bytes
+    limit_time: float | None = None  # seconds
+    policy: RetentionPolicy = RetentionPolicy.PRODUCER_REQUEST_HOLD
+
+
+@dataclass(frozen=True)
+class BacklogQuotas:
+    default: BacklogQuota = BacklogQuota()
+    namespaces: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # "tenant/ns"
+    topics: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # full topic name
+    enforce: bool = False  # dry-run by default: decide and export, never touch the cluster
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """-1 means unlimited, as in Pulsar's resource-group policies."""
+
+    messages_per_second: int = -1
+    bytes_per_second: int = -1
+
+
+@dataclass(frozen=True)
+class ResourceGroup:
+    name: str
+    publish: RateLimit = RateLimit()
+    dispatch: RateLimit = RateLimit()
+    tenants: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()  # "tenant/ns"; a namespace binding beats its tenant's
+
+    def limit(self, cls: MonitoringClass) -> RateLimit:
+        return self.publish if cls is MonitoringClass.PUBLISH else self.dispatch
+
+
+@dataclass(frozen=True)
+class ResourceGroupEngine:
+    participant: str = "exporter-0"
+    topic: str = "non-persistent://pulsar/system/resource-usage"
+    report_interval: float = 60.0
+    suppression_tolerance_percent: float = 5.0  # Pulsar's default
+    max_suppressed_rounds: int = 5
+    stale_after: float = 600.0
+    allocator: Allocator = Allocator.PULSAR
+
+
+@dataclass(frozen=True)
+class LoadManager:
+    """Pulsar's load-balancer defaults (broker.conf, seed 004)."""
+
+    overload_threshold_percent: float = 85.0
+    shed_margin_percent: float = 5.0
+    bundle_max_topics: int = 1000
+    bundle_max_sessions: int = 1000
+    bundle_max_msg_rate: float = 30000.0
+    bundle_max_bandwidth: float = 100 * 1024 * 1024  # bytes/s, in + out (Pulsar: 100 MB)
+
+
+@dataclass(frozen=True)
+class BrokerSource:
+    url: str
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class AdminSource:
+    url: str
+    token_file: str | None = None
+    timeout: float = 10.0
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True)
+class Sources:
+    brokers: tuple[BrokerSource, ...] = ()
+    admin: AdminSource | None = None
+    service_url: str | None = None  # pulsar://host:6650: evictions and the usage-report topic
+
+
+@dataclass(frozen=True)
+class Tls:
+    cert_file: str
+    key_file: str
+
+
+@dataclass(frozen=True)
+class Exposition:
+    listen: str = "127.0.0.1:9964"
+    topic_level: bool = True
+    tls: Tls | None = None
+    basic_auth: Mapping[str, str] = field(default_factory=_frozen_map)  # user → bcrypt hash
+
+
+@dataclass(frozen=True)
+class Spark:
+    master: str = "local[*]"
+    conf: Mapping[str, str] = field(default_factory=_frozen_map)
+
+
+@dataclass(frozen=True)
+class Config:
+    cluster: str
+    check_interval: float = 60.0
+    sources: Sources = Sources()
+    backlog_quotas: BacklogQuotas = BacklogQuotas()
+    resource_groups: Mapping[str, ResourceGroup] = field(default_factory=_frozen_map)
+    resource_group_engine: ResourceGroupEngine = ResourceGroupEngine()
+    load_manager: LoadManager = LoadManager()
+    exposition: Exposition = Exposition()
+    spark: Spark = Spark()

@@ -1,0 +1,228 @@
+"""One reader per config section: YAML mapping → frozen dataclass, errors into the `Reader`.
+
+Cross-field checks that stay inside one section (duplicate brokers, a tenant bound to two
+groups, stale_after vs report_interval) live here too; checks across sections live in `parse`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from exporter import configvalues as cv
+from exporter.configmodel import (
+    AdminSource,
+    Allocator,
+    BacklogQuota,
+    BacklogQuotas,
+    BrokerSource,
+    Exposition,
+    LoadManager,
+    RateLimit,
+    ResourceGroup,
+    ResourceGroupEngine,
+    RetentionPolicy,
+    Sources,
+    Spark,
+    Tls,
+)
+from exporter.configreader import Reader, join, schema_keys
+from exporter.units import format_duration
+
+
+def sources(r: Reader, value: object, path: str) -> Sources:
+    m = r.mapping(value, path, schema_keys(Sources))
+    brokers: list[BrokerSource] = []
+    seen: dict[str, str] = {}
+    for bpath, item in r.items(m.get("brokers"), f"{path}.brokers"):
+        b = r.mapping(item, bpath, schema_keys(BrokerSource), nullable=False)
+        if isinstance(item, dict) and "url" not in b:
+            r.error(f"{bpath}.url", "required: the broker's /metrics URL")
+        url = r.get(b, "url", bpath, cv.url("http", "https"), None)
+        timeout = r.get(b, "timeout", bpath, cv.duration, BrokerSource.timeout)
+        if url in seen:
+            r.error(f"{bpath}.url", f"'{url}' is already listed at {seen[url]}")
+        elif url is not None:
+            seen[url] = f"{bpath}.url"
+            brokers.append(BrokerSource(url=url, timeout=timeout))
+    if not m.get("brokers"):
+        r.error(f"{path}.brokers", "at least one broker /metrics URL is required")
+    admin = None
+    if "admin" in m:
+        a = r.mapping(m["admin"], f"{path}.admin", schema_keys(AdminSource))
+        if isinstance(m["admin"], dict) and "url" not in a:
+            r.error(f"{path}.admin.url", "required when sources.admin is given")
+        admin = AdminSource(
+            url=r.get(a, "url", f"{path}.admin", cv.url("http", "https"), ""),
+            token_file=r.get(a, "token_file", f"{path}.admin", cv.string, None),
+            timeout=r.get(a, "timeout", f"{path}.admin", cv.duration, AdminSource.timeout),
+            ca_file=r.get(a, "ca_file", f"{path}.admin", cv.string, None),
+            insecure_skip_verify=r.get(
+                a, "insecure_skip_verify", f"{path}.admin", cv.boolean, False
+            ),
+        )
+    service_url = r.get(m, "service_url", path, cv.url("pulsar", "pulsar+ssl"), None)
+    return Sources(brokers=tuple(brokers), admin=admin, service_url=service_url)
+
+
+def backlog_quotas(r: Reader, value: object, path: str) -> BacklogQuotas:
+    m = r.mapping(value, path, schema_keys(BacklogQuotas))
+    default = _quota(r, m["default"], f"{path}.default") if "default" in m else BacklogQuota()
+    by_scope = {}
+    for scope, check in (("namespaces", cv.namespace), ("topics", cv.topic("persistent"))):
+        entries: dict[str, BacklogQuota] = {}
+        for name, item in r.mapping(m.get(scope), f"{path}.{scope}").items():
+            qpath = join(f"{path}.{scope}", name)
+            if r.check(name, qpath, check, None) is not None:
+                entries[name] = _quota(r, item, qpath)
+        by_scope[scope] = MappingProxyType(entries)
+    return BacklogQuotas(
+        default=default,
+        namespaces=by_scope["namespaces"],
+        topics=by_scope["topics"],
+        enforce=r.get(m, "enforce", path, cv.boolean, BacklogQuotas.enforce),
+    )
+
+
+def _quota(r: Reader, value: object, path: str) -> BacklogQuota:
+    q = r.mapping(value, path, schema_keys(BacklogQuota), nullable=False)
+    return BacklogQuota(
+        limit_size=r.get(q, "limit_size", path, cv.quota_size, None),
+        limit_time=r.get(q, "limit_time", path, cv.quota_time, None),
+        policy=r.get(q, "policy", path, cv.choice(RetentionPolicy, "policy"), BacklogQuota.policy),
+    )
+
+
+def resource_groups(r: Reader, value: object, path: str) -> Mapping[str, ResourceGroup]:
+    groups: dict[str, ResourceGroup] = {}
+    owners: dict[tuple[str, str], str] = {}  # (kind, tenant or namespace) → group
+    for name, item in r.mapping(value, path).items():
+        gpath = join(path, name)
+        g = r.mapping(item, gpath, schema_keys(ResourceGroup, exclude=("name",)), nullable=False)
+        bindings = {}
+        for kind, check in (("tenant", cv.tenant), ("namespace", cv.namespace)):
+            bound: list[str] = []
+            for bpath, entry in r.items(g.get(f"{kind}s"), f"{gpath}.{kind}s"):
+                entry = r.check(entry, bpath, check, None)
+                owner = owners.setdefault((kind, entry), name) if entry is not None else None
+                if owner == name and entry in bound:
+                    r.error(bpath, f"{kind} '{entry}' is listed twice")
+                elif owner is not None and owner != name:
+                    r.error(
+                        bpath,
+                        f"{kind} '{entry}' is bound to both '{owner}' and '{name}'; "
+                        f"a {kind} can belong to one resource group only",
+                    )
+                elif entry is not None:
+                    bound.append(entry)
+            bindings[kind] = tuple(bound)
+        groups[name] = ResourceGroup(
+            name=name,
+            publish=_rate_limit(r, g.get("publish"), f"{gpath}.publish"),
+            dispatch=_rate_limit(r, g.get("dispatch"), f"{gpath}.dispatch"),
+            tenants=bindings["tenant"],
+            namespaces=bindings["namespace"],
+        )
+    return MappingProxyType(groups)
+
+
+def _rate_limit(r: Reader, value: object, path: str) -> RateLimit:
+    m = r.mapping(value, path, schema_keys(RateLimit))
+    unlimited = " (-1 means unlimited)"
+    return RateLimit(
+        messages_per_second=r.get(m, "messages_per_second", path, cv.integer(-1, unlimited), -1),
+        bytes_per_second=r.get(m, "bytes_per_second", path, cv.byte_rate, -1),
+    )
+
+
+def resource_group_engine(r: Reader, value: object) -> ResourceGroupEngine:
+    path, d = "resource_group_engine", ResourceGroupEngine
+    m = r.mapping(value, path, schema_keys(ResourceGroupEngine))
+    engine = ResourceGroupEngine(
+        participant=r.get(m, "participant", path, cv.string, socket.gethostname()),
+        topic=r.get(m, "topic", path, cv.topic("non-persistent"), d.topic),
+        report_interval=r.get(m, "report_interval", path, cv.duration, d.report_interval),
+        suppression_tolerance_percent=r.get(
+            m, "suppression_tolerance_percent", path, cv.percent, d.suppression_tolerance_percent
+        ),
+        max_suppressed_rounds=r.get(
+            m, "max_suppressed_rounds", path, cv.integer(0), d.max_suppressed_rounds
+        ),
+        stale_after=r.get(m, "stale_after", path, cv.duration, d.stale_after),
+        allocator=r.get(m, "allocator", path, cv.choice(Allocator, "allocator"), d.allocator),
+    )
+    if engine.stale_after <= engine.report_interval:
+        r.error(
+            f"{path}.stale_after",
+            f"must be longer than report_interval ({format_duration(engine.report_interval)}), "
+            f"found {format_duration(engine.stale_after)}: live peers would expire between reports",
+        )
+    return engine
+
+
+def load_manager(r: Reader, value: object, path: str) -> LoadManager:
+    m, d = r.mapping(value, path, schema_keys(LoadManager)), LoadManager
+    return LoadManager(
+        overload_threshold_percent=r.get(
+            m, "overload_threshold_percent", path, cv.percent, d.overload_threshold_percent
+        ),
+        shed_margin_percent=r.get(
+            m, "shed_margin_percent", path, cv.percent, d.shed_margin_percent
+        ),
+        bundle_max_topics=r.get(m, "bundle_max_topics", path, cv.integer(1), d.bundle_max_topics),
+        bundle_max_sessions=r.get(
+            m,
+            "bundle_max_sessions",
+            path,
+            cv.integer(0, " (0 turns it off)"),
+            d.bundle_max_sessions,
+        ),
+        bundle_max_msg_rate=r.get(
+            m, "bundle_max_msg_rate", path, cv.positive, d.bundle_max_msg_rate
+        ),
+        bundle_max_bandwidth=r.get(
+            m, "bundle_max_bandwidth", path, cv.bandwidth, d.bundle_max_bandwidth
+        ),
+    )
+
+
+def exposition(r: Reader, value: object, path: str) -> Exposition:
+    m = r.mapping(value, path, schema_keys(Exposition))
+    tls = None
+    if "tls" in m:
+        t = r.mapping(m["tls"], f"{path}.tls", schema_keys(Tls))
+        for key in schema_keys(Tls):
+            if isinstance(m["tls"], dict) and key not in t:
+                r.error(f"{path}.tls.{key}", "required when exposition.tls is given")
+        tls = Tls(
+            cert_file=r.get(t, "cert_file", f"{path}.tls", cv.string, ""),
+            key_file=r.get(t, "key_file", f"{path}.tls", cv.string, ""),
+        )
+    users: dict[str, str] = {}
+    for user, hashed in r.mapping(m.get("basic_auth"), f"{path}.basic_auth").items():
+        upath = join(f"{path}.basic_auth", user)
+        if ":" in user:
+            r.error(upath, "a basic-auth user name cannot contain ':'")
+        elif (checked := r.check(hashed, upath, cv.bcrypt, None)) is not None:
+            users[user] = checked
+    return Exposition(
+        listen=r.get(m, "listen", path, cv.listen, Exposition.listen),
+        topic_level=r.get(m, "topic_level", path, cv.boolean, Exposition.topic_level),
+        tls=tls,
+        basic_auth=MappingProxyType(users),
+    )
+
+
+def spark(r: Reader, value: object, path: str) -> Spark:
+    m = r.mapping(value, path, schema_keys(Spark))
+    conf: dict[str, str] = {}
+    for key, item in r.mapping(m.get("conf"), f"{path}.conf").items():
+        cpath = join(f"{path}.conf", key)
+        if not key.startswith("spark."):
+            r.error(cpath, "Spark only reads keys starting with 'spark.'")
+        elif (text := r.check(item, cpath, cv.spark_value, None)) is not None:
+            conf[key] = text
+    return Spark(
+        master=r.get(m, "master", path, cv.spark_master, Spark.master), conf=MappingProxyType(conf)
+    )

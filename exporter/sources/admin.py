@@ -1,0 +1,404 @@
+"""Apache Pulsar admin REST v2: topic stats (precise backlog age), bundles and their owners.
+
+The broker's /metrics lacks what only the admin API has: `oldestBacklogMessageAgeSeconds`
+(PIP-323, brokers >= 3.2) and bundle boundaries and ownership. One fetch walks
+tenants → namespaces → persistent topics with bounded concurrency and converts Pulsar's
+JSON into the model's dataclasses here, at the boundary.
+
+Failure granularity: if the walk cannot start (tenant list: refused, auth, timeout, bad
+JSON) the fetch fails and the last good `AdminSnapshot` stays in use; a failure below that
+(one namespace listing, one topic's stats, bundle owners) is counted by reason and that
+item is left out, and the rest of the snapshot is still used.
+
+Endpoints (Pulsar's `admin/v2` resources):
+  GET /admin/v2/tenants                                  → ["public", ...]
+  GET /admin/v2/namespaces/{tenant}                      → ["public/default", ...]
+  GET /admin/v2/persistent/{tenant}/{ns}                 → every persistent topic, partitions
+                                                           included ("…-partition-0")
+  GET /admin/v2/persistent/{tenant}/{ns}/partitioned     → partitioned topics (parent names)
+  GET /admin/v2/persistent/{tenant}/{ns}/{topic}/stats   → TopicStats
+  GET …/{topic}/partitioned-stats?perPartition=true      → PartitionedTopicStats, with
+                                                           `partitions` keyed by partition name
+  GET /admin/v2/namespaces/{tenant}/{ns}/bundles         → {"boundaries": [...], "numBundles"}
+  GET /admin/v2/clusters, /admin/v2/brokers/{cluster},
+      /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces → {"t/ns/0x…_0x…": {...}}
+Pulsar answers a stats request on a non-owner broker with a 307 to the owner; redirects
+are followed and keep the bearer token. Proxies from the environment are not used.
+`AdminSource.timeout` bounds each request (each socket operation), not the whole walk.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote
+
+from exporter.config import AdminSource
+from exporter.sources.brokers import Failed, FetchFailure, HealthLedger, classify
+from exporter.sources.model import (
+    AdminSnapshot,
+    BundleOwnership,
+    ScrapeError,
+    SourceHealth,
+    SourceKind,
+    SubscriptionStats,
+    TopicStats,
+)
+
+_PARTITION = re.compile(r"^(?P<parent>.+)-partition-(?P<index>\d+)$")
+T = TypeVar("T")
+A = TypeVar("A")
+
+
+# --- JSON → model (pure) -------------------------------------------------------------------
+
+
+def _number(doc: Mapping, key: str, where: str, *, required: bool) -> float | None:
+    if doc.get(key) is None:
+        if required:
+            raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing {key!r}")
+        return None
+    value = doc[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: {key!r} is not a number: {value!r}")
+    return value
+
+
+def _int(doc: Mapping, key: str, where: str, *, required: bool = False) -> int | None:
+    value = _number(doc, key, where, required=required)
+    return None if value is None else int(value)
+
+
+def _object(value: object, where: str) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: expected a JSON object")
+    return value
+
+
+def _strings(value: object, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: expected a list of strings")
+    return value
+
+
+def subscription_from_json(name: str, doc: object, topic: str) -> SubscriptionStats:
+    """Pulsar `SubscriptionStats`; `type` and `backlogSize` are absent on old brokers."""
+    where = f"{topic} subscription {name!r}"
+    sub = _object(doc, where)
+    consumers = sub.get("consumers")
+    if consumers is None:
+        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing 'consumers'")
+    if not isinstance(consumers, list):
+        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: 'consumers' is not a list")
+    sub_type = sub.get("type")
+    return SubscriptionStats(
+        name=name,
+        msg_backlog=_int(sub, "msgBacklog", where, required=True),
+        backlog_size=_int(sub, "backlogSize", where),
+        unacked_messages=_int(sub, "unackedMessages", where, required=True),
+        consumers=len(consumers),
+        type=sub_type if isinstance(sub_type, str) else None,
+    )
+
+
+def topic_stats_from_json(topic: str, doc: object) -> TopicStats:
+    """Pulsar `TopicStats` → `TopicStats`; raises `FetchFailure` (MISSING_FIELDS/MALFORMED).
+
+    `oldestBacklogMessageAgeSeconds` is -1 until a backlog-quota check has measured it
+    (Pulsar's `TopicStatsImpl.reset`), and absent before 3.2: both become None.
+    """
+    stats = _object(doc, topic)
+    subs = stats.get("subscriptions")
+    if subs is None:
+        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{topic}: missing 'subscriptions'")
+    subs = _object(subs, f"{topic} subscriptions")
+    age = _number(stats, "oldestBacklogMessageAgeSeconds", topic, required=False)
+    oldest_sub = stats.get("oldestBacklogMessageSubscriptionName")
+    known_age = age is not None and age >= 0
+    return TopicStats(
+        topic=topic,
+        backlog_size=_int(stats, "backlogSize", topic),
+        msg_in_counter=_int(stats, "msgInCounter", topic),
+        bytes_in_counter=_int(stats, "bytesInCounter", topic),
+        oldest_backlog_message_age_seconds=float(age) if known_age else None,
+        oldest_backlog_message_subscription=(
+            oldest_sub if known_age and isinstance(oldest_sub, str) else None),
+        subscriptions=tuple(subscription_from_json(name, sub, topic)
+                            for name, sub in sorted(subs.items())),
+    )
+
+
+def partitioned_stats_from_json(topic: str, doc: object) -> tuple[TopicStats, ...]:
+    """Pulsar `PartitionedTopicStats` → one `TopicStats` per partition.
+
+    Backlog quotas are checked per partition (each is its own topic on the broker), so
+    partitions are kept apart when the broker lists them (`perPartition=true`, keyed by the
+    full partition name). A broker that returns no `partitions` entries gives only the
+    aggregate, which is kept under the partitioned topic's name: Pulsar sums counters and
+    backlogs and takes the largest age over partitions (`TopicStatsImpl.add`).
+    """
+    stats = _object(doc, topic)
+    partitions = stats.get("partitions") or {}
+    partitions = _object(partitions, f"{topic} partitions")
+    if not partitions:
+        return (topic_stats_from_json(topic, stats),)
+    return tuple(topic_stats_from_json(name, part) for name, part in sorted(partitions.items()))
+
+
+def bundles_from_json(
+    namespace: str, doc: object, owners: Mapping[str, str]
+) -> tuple[BundleOwnership, ...]:
+    """Pulsar `BundlesData` (`boundaries` = n+1 hex keys for n bundles) → bundle ranges
+    `0x…_0x…`, each with its owner from `ownedNamespaces` (keyed `tenant/ns/range`)."""
+    where = f"{namespace} bundles"
+    data = _object(doc, where)
+    if data.get("boundaries") is None:
+        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing 'boundaries'")
+    bounds = _strings(data["boundaries"], f"{where} boundaries")
+    ranges = [f"{lo}_{hi}" for lo, hi in pairwise(bounds)]
+    return tuple(BundleOwnership(namespace, r, owners.get(f"{namespace}/{r}")) for r in ranges)
+
+
+# --- HTTP -----------------------------------------------------------------------------------
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """For broker discovery: a 307 there means "another cluster", not "ask elsewhere"."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+class _Http:
+    """One fetch's HTTP state: the token and TLS context as they are now."""
+
+    def __init__(self, source: AdminSource, token: str | None):
+        self._base = source.url.rstrip("/")
+        self._timeout = source.timeout
+        self._headers = {"Accept": "application/json", "User-Agent": "pulsar-quota-exporter"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+        if source.url.startswith("https:"):
+            handlers.append(urllib.request.HTTPSHandler(context=_tls_context(source)))
+        self._follow = urllib.request.build_opener(*handlers)
+        self._stay = urllib.request.build_opener(*handlers, _NoRedirect())
+
+    def get_json(self, path: str, *, elsewhere_ok: bool = False) -> object:
+        """GET and decode; a failure is re-raised classified, naming the path. With
+        `elsewhere_ok`, redirects are not followed and a 3xx or 404 answer gives None."""
+        request = urllib.request.Request(self._base + path, headers=self._headers)
+        opener = self._stay if elsewhere_ok else self._follow
+        try:
+            with opener.open(request, timeout=self._timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            if elsewhere_ok and (300 <= exc.code < 400 or exc.code == 404):
+                return None
+            failed = classify(exc)
+            raise FetchFailure(failed.reason, f"GET {path}: {failed.detail}") from exc
+        except Exception as exc:
+            failed = classify(exc)
+            raise FetchFailure(failed.reason, f"GET {path}: {failed.detail}") from exc
+
+
+def _tls_context(source: AdminSource) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cafile=source.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise FetchFailure(ScrapeError.TLS, f"cannot load ca_file {source.ca_file}: {exc}") from exc
+    if source.insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _read_token(token_file: str | None) -> str | None:
+    """Read at every fetch, so a rotated token (a re-mounted Secret) is picked up."""
+    if token_file is None:
+        return None
+    try:
+        token = Path(token_file).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise FetchFailure(ScrapeError.AUTH, f"cannot read token_file: {exc}") from exc
+    if not token:
+        raise FetchFailure(ScrapeError.AUTH, f"token_file {token_file} is empty")
+    return token
+
+
+def _q(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+def _topic_path(topic: str) -> str:
+    scheme, _, rest = topic.partition("://")
+    parts = rest.split("/", 2)
+    if scheme != "persistent" or len(parts) != 3 or not all(parts):
+        raise FetchFailure(ScrapeError.MALFORMED, f"not a persistent topic name: {topic!r}")
+    return "/admin/v2/persistent/" + "/".join(_q(p) for p in parts)
+
+
+def _ns_path(namespace: str) -> str:
+    tenant, _, ns = namespace.partition("/")
+    return f"{_q(tenant)}/{_q(ns)}"
+
+
+# --- the walk -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdminFetched:
+    """The walk ran; `item_errors` lists what was left out of `snapshot` and why."""
+
+    snapshot: AdminSnapshot
+    item_errors: tuple[Failed, ...]
+
+
+AdminOutcome = AdminFetched | Failed
+
+
+@dataclass(frozen=True)
+class AdminScrape:
+    snapshot: AdminSnapshot | None  # last good (its fetched_at says how old); None if never
+    health: SourceHealth
+    outcome: AdminOutcome
+
+
+def _attempt(fn: Callable[[A], T], item: A) -> T | Failed:
+    try:
+        return fn(item)
+    except Exception as exc:
+        return classify(exc)
+
+
+class _Walk:
+    """One fetch below the tenant list: every step runs its items on the pool and keeps
+    going past failed items, which it records in `errors`."""
+
+    def __init__(self, http: _Http, pool: ThreadPoolExecutor):
+        self.http = http
+        self.pool = pool
+        self.errors: list[Failed] = []
+
+    def each(self, fn: Callable[[A], T], items: Sequence[A]) -> list[T]:
+        results = list(self.pool.map(lambda item: _attempt(fn, item), items))
+        self.errors.extend(r for r in results if isinstance(r, Failed))
+        return [r for r in results if not isinstance(r, Failed)]
+
+    def listing(self, path: str, where: str) -> list[str]:
+        return _strings(self.http.get_json(path), where)
+
+    def namespaces(self, tenants: Sequence[str]) -> list[str]:
+        lists = self.each(
+            lambda t: self.listing(f"/admin/v2/namespaces/{_q(t)}", f"namespaces of {t}"),
+            tenants)
+        return [ns for names in lists for ns in names]
+
+    def topics(self, namespaces: Sequence[str]) -> list[TopicStats]:
+        """Non-partitioned topics via /stats, partitioned ones via one partitioned-stats
+        call each (their "-partition-N" entries in the plain listing are skipped)."""
+        listed = self.each(lambda ns: self.listing(
+            f"/admin/v2/persistent/{_ns_path(ns)}", f"topics of {ns}"), namespaces)
+        partitioned = sorted({p for ps in self.each(lambda ns: self.listing(
+            f"/admin/v2/persistent/{_ns_path(ns)}/partitioned", f"partitioned topics of {ns}"),
+            namespaces) for p in ps})
+        parents = set(partitioned)
+        plain = [t for ts in listed for t in ts
+                 if not ((m := _PARTITION.match(t)) and m["parent"] in parents)]
+        single = self.each(lambda t: (topic_stats_from_json(
+            t, self.http.get_json(_topic_path(t) + "/stats")),), plain)
+        parted = self.each(lambda t: partitioned_stats_from_json(
+            t, self.http.get_json(_topic_path(t) + "/partitioned-stats?perPartition=true")),
+            partitioned)
+        return sorted((s for group in single + parted for s in group), key=lambda s: s.topic)
+
+    def bundles(self, namespaces: Sequence[str]) -> list[BundleOwnership]:
+        docs = self.each(lambda ns: (ns, self.http.get_json(
+            f"/admin/v2/namespaces/{_ns_path(ns)}/bundles")), namespaces)
+        owners = self.owners() if docs else {}
+        groups = self.each(lambda doc: bundles_from_json(doc[0], doc[1], owners), docs)
+        return [b for group in groups for b in group]
+
+    def owners(self) -> dict[str, str]:
+        """Bundle → broker from every local broker's `ownedNamespaces`.
+
+        A cluster that answers the broker listing with a redirect or 404 is another (or a
+        pseudo) cluster and is skipped silently; other failures are counted. Bundles not
+        loaded on any broker have no owner (None).
+        """
+
+        def brokers_of(cluster: str) -> list[tuple[str, str]]:
+            found = self.http.get_json(f"/admin/v2/brokers/{_q(cluster)}", elsewhere_ok=True)
+            if found is None:
+                return []
+            return [(cluster, b) for b in _strings(found, f"brokers of {cluster}")]
+
+        def owned_by(pair: tuple[str, str]) -> dict[str, str]:
+            cluster, broker = pair
+            owned = _object(self.http.get_json(
+                f"/admin/v2/brokers/{_q(cluster)}/{_q(broker)}/ownedNamespaces"),
+                f"namespaces owned by {broker}")
+            return dict.fromkeys(owned, broker)
+
+        clusters = self.each(lambda path: self.listing(path, "clusters"), ["/admin/v2/clusters"])
+        pairs = [p for ps in self.each(brokers_of, [c for cs in clusters for c in cs])
+                 for p in ps]
+        owners: dict[str, str] = {}
+        for owned in self.each(owned_by, pairs):
+            owners.update(owned)
+        return owners
+
+
+class AdminScraper:
+    """Fetches one admin REST endpoint; `scrape` keeps the last good snapshot and health."""
+
+    def __init__(
+        self,
+        source: AdminSource,
+        *,
+        max_concurrency: int = 8,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.source = source
+        self._workers = max(1, max_concurrency)
+        self._clock = clock
+        self._ledger = HealthLedger(source.url, SourceKind.ADMIN)
+        self._last_good: AdminSnapshot | None = None
+        self._lock = threading.Lock()
+
+    def scrape(self) -> AdminScrape:
+        with self._lock:
+            outcome = self.fetch()
+            if isinstance(outcome, AdminFetched):
+                self._last_good = outcome.snapshot
+                self._ledger.record(up=True, at=outcome.snapshot.fetched_at,
+                                    errors=outcome.item_errors)
+            else:
+                self._ledger.record(up=False, at=self._clock(), errors=(outcome,))
+            return AdminScrape(self._last_good, self._ledger.health(), outcome)
+
+    def fetch(self) -> AdminOutcome:
+        """One walk over the cluster; no state is kept."""
+        try:
+            http = _Http(self.source, _read_token(self.source.token_file))
+            tenants = _strings(http.get_json("/admin/v2/tenants"), "tenants")
+        except Exception as exc:
+            return classify(exc)
+        with ThreadPoolExecutor(self._workers, thread_name_prefix="admin-fetch") as pool:
+            walk = _Walk(http, pool)
+            namespaces = walk.namespaces(tenants)
+            topics = walk.topics(namespaces)
+            bundles = walk.bundles(namespaces)
+        snapshot = AdminSnapshot(self._clock(), tuple(topics), tuple(bundles))
+        return AdminFetched(snapshot, tuple(walk.errors))
