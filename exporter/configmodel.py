@@ -126,7 +126,7 @@ class Tls:
 
 @dataclass(frozen=True)
 class Exposition:
-    listen: str = "127.0.0.1:9964"
+    listen: str = "127.0.0.1:10049"
     topic_level: bool = True
     tls: Tls | None = None
     basic_auth: Mapping[str, str] = field(default_factory=_frozen_map)  # user → bcrypt hash

@@ -153,11 +153,11 @@ def url(*schemes: str) -> Convert[str]:
 
 def listen(value: object) -> str:
     if not isinstance(value, str):
-        raise expected("host:port such as 127.0.0.1:9964", value)
+        raise expected("host:port such as 127.0.0.1:10049", value)
     host, colon, port = value.rpartition(":")
-    host_ok = not host.startswith("[") or host.endswith("]")  # IPv6 as [::1]:9964
+    host_ok = not host.startswith("[") or host.endswith("]")  # IPv6 as [::1]:10049
     if not colon or not port.isdigit() or not 0 < int(port) < 65536 or not host_ok or " " in host:
-        raise ValueError(f"expected host:port such as 127.0.0.1:9964, found '{value}'")
+        raise ValueError(f"expected host:port such as 127.0.0.1:10049, found '{value}'")
     return value
 
 

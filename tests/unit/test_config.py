@@ -90,7 +90,7 @@ def test_demo_file_loads_with_the_values_the_demo_relies_on() -> None:
     assert group.name == "rg-demo"
     assert group.tenants == ("public",)
     assert group.publish.messages_per_second > 0
-    assert c.exposition.listen == "127.0.0.1:9964"
+    assert c.exposition.listen == "127.0.0.1:10049"
     assert c.spark.master == "local[2]"
 
 
@@ -453,7 +453,7 @@ CASES = [
         "load_manager.bundle_max_bandwidth",
         "unknown size unit 'Mbps'",
     ),
-    ({"exposition": {"listen": "9964"}}, "exposition.listen", "expected host:port"),
+    ({"exposition": {"listen": "10049"}}, "exposition.listen", "expected host:port"),
     ({"exposition": {"listen": "host:99999"}}, "exposition.listen", "expected host:port"),
     ({"exposition": {"topic_level": "yes"}}, "exposition.topic_level", "expected true or false"),
     ({"exposition": {"tls": {"cert_file": "/c"}}}, "exposition.tls.key_file", "required"),
@@ -718,5 +718,5 @@ def test_cli_validate_config_prints_each_error_and_exits_2(tmp_path: Path) -> No
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
         f"{bad}: backlog_quotas.default.limit_sise: unknown key (did you mean 'limit_size'?)",
-        f"{bad}: exposition.listen: expected host:port such as 127.0.0.1:9964, found 'nowhere'",
+        f"{bad}: exposition.listen: expected host:port such as 127.0.0.1:10049, found 'nowhere'",
     ]

@@ -1,0 +1,304 @@
+"""One cycle's samples (`MetricSet`) and their Prometheus text rendering (format 0.0.4).
+
+The check loop fills a `MetricSetBuilder`, freezes it, and renders the body once per cycle;
+scrapes only serve the bytes. Rendering is hand-written string building with one join, because
+prometheus-client's `generate_latest` needs 1.1–1.7 s for 100k series on this machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import product
+from types import MappingProxyType
+
+from exporter.catalogue import CATALOGUE, Metric, MetricType
+
+Labels = tuple[str, ...]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ExpositionError(ValueError):
+    """A sample that does not fit the catalogue: a bug in the caller, so it fails loudly."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramValue:
+    """Cumulative histogram state: `counts[i]` observations ≤ `bounds[i]`; +Inf is `count`.
+
+    Immutable so the loop can keep the lifetime value between cycles and hand the same object
+    to each cycle's builder.
+    """
+
+    bounds: tuple[float, ...]
+    counts: tuple[float, ...]
+    sum: float = 0.0
+    count: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.counts) != len(self.bounds):
+            raise ExpositionError(f"{len(self.counts)} counts for {len(self.bounds)} buckets")
+        if list(self.bounds) != sorted(set(self.bounds)):
+            raise ExpositionError(f"bucket bounds not strictly ascending: {self.bounds}")
+        previous = 0.0
+        for c in (*self.counts, self.count):
+            if not c >= previous:  # also rejects NaN
+                raise ExpositionError(f"bucket counts not cumulative: {self.counts}, {self.count}")
+            previous = c
+
+    @classmethod
+    def empty(cls, bounds: Sequence[float]) -> HistogramValue:
+        return cls(tuple(bounds), (0.0,) * len(bounds))
+
+    def observe(self, value: float) -> HistogramValue:
+        """A new value with one more observation (NaN lands only in +Inf, like client_golang)."""
+        pairs = zip(self.bounds, self.counts, strict=True)
+        counts = tuple(c + 1 if value <= b else c for b, c in pairs)
+        return HistogramValue(self.bounds, counts, self.sum + value, self.count + 1)
+
+
+@dataclass(frozen=True, eq=False)
+class MetricSet:
+    """A finished cycle's samples, keyed by catalogue name then by label values in catalogue
+    label order. Built only by `MetricSetBuilder`, which validated every key."""
+
+    metrics: Mapping[str, Metric]
+    samples: Mapping[str, Mapping[Labels, float]]
+    histograms: Mapping[str, Mapping[Labels, HistogramValue]]
+
+    def __len__(self) -> int:
+        """Number of series (a histogram's label set counts once)."""
+        return sum(map(len, self.samples.values())) + sum(map(len, self.histograms.values()))
+
+    def value(self, name: str, labels: Labels) -> float | HistogramValue | None:
+        """The sample for one series, or None when the series is absent."""
+        table = self.histograms if name in self.histograms else self.samples
+        return table.get(name, {}).get(labels)
+
+
+class MetricSetBuilder:
+    """Mutable, single-use collector for one cycle; `build()` hands its tables over without a
+    copy, after which the builder refuses further use."""
+
+    def __init__(self, catalogue: Sequence[Metric] = CATALOGUE) -> None:
+        self._metrics: dict[str, Metric] = {m.name: m for m in catalogue}
+        self._samples: dict[str, dict[Labels, float]] = {}
+        self._histograms: dict[str, dict[Labels, HistogramValue]] = {}
+        self._seeds: dict[str, list[Labels]] = {}
+        self._built = False
+
+    # --- samples ---------------------------------------------------------------------------
+    def add(self, name: str, labels: Labels, value: float) -> None:
+        """One counter or gauge sample; a series may be added once per cycle."""
+        metric = self._check(name, labels, histogram=False)
+        table = self._samples.get(name)
+        if table is None:
+            table = self._samples[name] = {}
+        elif labels in table:
+            raise ExpositionError(f"{name}{_show(metric, labels)}: added twice")
+        table[labels] = float(value)
+
+    def observe_histogram(self, name: str, labels: Labels, value: float) -> None:
+        """Record one observation into this cycle's value of a histogram series."""
+        metric = self._check(name, labels, histogram=True)
+        table = self._histograms.setdefault(name, {})
+        current = table.get(labels) or HistogramValue.empty(metric.buckets)
+        table[labels] = current.observe(float(value))
+
+    def set_histogram(self, name: str, labels: Labels, value: HistogramValue) -> None:
+        """Publish a histogram's whole (lifetime, cumulative) state for one series."""
+        metric = self._check(name, labels, histogram=True)
+        if value.bounds != metric.buckets:
+            raise ExpositionError(f"{name}: buckets {value.bounds} != catalogue {metric.buckets}")
+        table = self._histograms.setdefault(name, {})
+        if labels in table:
+            raise ExpositionError(f"{name}{_show(metric, labels)}: set twice")
+        table[labels] = value
+
+    # --- zero seeding ------------------------------------------------------------------------
+    def seed(self, name: str, /, **labels: str) -> None:
+        """Make the series exist at 0 unless added: for every combination of the metric's
+        `known_values` for the labels not given. Seeds never override an added sample."""
+        metric = self._metric(name)
+        if metric.type is MetricType.HISTOGRAM:
+            raise ExpositionError(f"{name}: histograms are seeded with set_histogram")
+        unknown = set(labels) - set(metric.labels)
+        if unknown:
+            raise ExpositionError(f"{name}: no label(s) {sorted(unknown)}")
+        axes: list[tuple[str, ...]] = []
+        for label in metric.labels:
+            if label in labels:
+                axes.append((labels[label],))
+            elif label in metric.known_values:
+                axes.append(tuple(metric.known_values[label]))
+            else:
+                raise ExpositionError(f"{name}: label {label!r} has no known values; give it")
+        keys = [tuple(k) for k in product(*axes)]
+        for key in keys:
+            self._check(name, key, histogram=False)
+        self._seeds.setdefault(name, []).extend(keys)
+
+    def seed_counters(self, **labels: str) -> None:
+        """Seed every counter whose labels are fully determined by `labels` plus its known
+        values, e.g. `seed_counters(cluster=c)` for the cluster-wide counters and
+        `seed_counters(cluster=c, source=s)` for one source's error counters too."""
+        for metric in self._metrics.values():
+            if metric.type is not MetricType.COUNTER:
+                continue
+            if all(lb in labels or lb in metric.known_values for lb in metric.labels):
+                given = {lb: labels[lb] for lb in metric.labels if lb in labels}
+                self.seed(metric.name, **given)
+
+    def build(self) -> MetricSet:
+        self._assert_open()
+        self._built = True
+        for name, keys in self._seeds.items():
+            table = self._samples.setdefault(name, {})
+            for key in keys:
+                table.setdefault(key, 0.0)
+        ordered = {n: m for n, m in self._metrics.items()}
+        return MetricSet(
+            MappingProxyType(ordered),
+            MappingProxyType(self._samples),
+            MappingProxyType(self._histograms),
+        )
+
+    # --- validation ----------------------------------------------------------------------
+    def _assert_open(self) -> None:
+        if self._built:
+            raise ExpositionError("builder already built; start a new one per cycle")
+
+    def _metric(self, name: str) -> Metric:
+        self._assert_open()
+        metric = self._metrics.get(name)
+        if metric is None:
+            raise ExpositionError(f"{name}: not in the catalogue")
+        return metric
+
+    def _check(self, name: str, labels: Labels, *, histogram: bool) -> Metric:
+        metric = self._metric(name)
+        if (metric.type is MetricType.HISTOGRAM) != histogram:
+            raise ExpositionError(f"{name}: is a {metric.type}")
+        if type(labels) is not tuple or len(labels) != len(metric.labels):
+            raise ExpositionError(f"{name}: labels must be a tuple of {metric.labels}, "
+                                  f"got {labels!r}")
+        for v in labels:
+            if type(v) is not str:
+                raise ExpositionError(f"{name}: label value {v!r} is not a str")
+        return metric
+
+
+def _show(metric: Metric, labels: Labels) -> str:
+    return "{" + ",".join(f"{n}={v!r}" for n, v in zip(metric.labels, labels, strict=False)) + "}"
+
+
+# --- rendering --------------------------------------------------------------------------------
+def format_value(v: float) -> str:
+    """Go-compatible sample value: `+Inf`, `-Inf`, `NaN`; integral values without `.0`;
+    everything else as Python's shortest round-trip repr (exact when parsed back)."""
+    if v != v:
+        return "NaN"
+    if v == math.inf:
+        return "+Inf"
+    if v == -math.inf:
+        return "-Inf"
+    if v.is_integer() and -1e15 < v < 1e15:
+        return str(int(v))
+    return repr(v)
+
+
+def _format_bound(b: float) -> str:
+    """`le` values as the Java and Python clients write them ("1.0"), i.e. like the broker."""
+    return "+Inf" if b == math.inf else repr(float(b))
+
+
+def escape_label_value(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _needs_escape(key: Labels) -> bool:
+    joined = "".join(key)
+    return "\\" in joined or '"' in joined or "\n" in joined
+
+
+def _fold_topic(labels: Labels, series: Mapping) -> tuple[Labels, dict]:
+    """Sum series over the `topic` label: the namespace-level aggregate Pulsar publishes when
+    topic-level metrics are off."""
+    i = labels.index("topic")
+    folded: dict = {}
+    for key, value in series.items():
+        k = key[:i] + key[i + 1:]
+        prev = folded.get(k)
+        if prev is None:
+            folded[k] = value
+        elif isinstance(value, HistogramValue):
+            folded[k] = HistogramValue(
+                prev.bounds, tuple(a + b for a, b in zip(prev.counts, value.counts, strict=True)),
+                prev.sum + value.sum, prev.count + value.count)
+        else:
+            folded[k] = prev + value
+    return labels[:i] + labels[i + 1:], folded
+
+
+def _render_samples(out: list[str], name: str, labels: Labels,
+                    series: Mapping[Labels, float]) -> None:
+    fmt = format_value
+    if not labels:
+        for value in series.values():
+            out.append(f"{name} {fmt(value)}\n")
+        return
+    template = name + "{" + ",".join(f'{n}="%s"' for n in labels) + "} %s\n"
+    append = out.append
+    for key, value in series.items():
+        if _needs_escape(key):
+            key = tuple(map(escape_label_value, key))
+        append(template % (*key, fmt(value)))
+
+
+def _render_histograms(out: list[str], name: str, labels: Labels,
+                       series: Mapping[Labels, HistogramValue]) -> None:
+    fmt = format_value
+    for key, h in series.items():
+        pairs = ",".join(f'{n}="{escape_label_value(v)}"' for n, v in zip(labels, key, strict=True))
+        braces = "{" + pairs + "}" if pairs else ""
+        bucket = f"{name}_bucket{{{pairs}{',' if pairs else ''}le=\""
+        for b, c in zip(h.bounds, h.counts, strict=True):
+            out.append(f'{bucket}{_format_bound(b)}"}} {fmt(float(c))}\n')
+        out.append(f'{bucket}+Inf"}} {fmt(float(h.count))}\n')
+        out.append(f"{name}_sum{braces} {fmt(float(h.sum))}\n")
+        out.append(f"{name}_count{braces} {fmt(float(h.count))}\n")
+
+
+def _families(metric_set: MetricSet, topic_level: bool) -> Iterator[tuple[Metric, Labels, Mapping]]:
+    for name, metric in metric_set.metrics.items():
+        hist = metric.type is MetricType.HISTOGRAM
+        series = (metric_set.histograms if hist else metric_set.samples).get(name)
+        if not series:
+            continue
+        labels = metric.labels
+        if not topic_level and metric.topic_level:
+            if not metric.namespace_fallback:
+                continue
+            labels, series = _fold_topic(labels, series)
+        yield metric, labels, series
+
+
+def render(metric_set: MetricSet, *, topic_level: bool) -> bytes:
+    """The whole /metrics body. Families follow catalogue order, series insertion order;
+    empty families are left out. With `topic_level=False` series with a `topic` label are
+    dropped, and `namespace_fallback` metrics are summed per namespace instead."""
+    out: list[str] = []
+    for metric, labels, series in _families(metric_set, topic_level):
+        name = metric.name
+        out.append(f"# HELP {name} {escape_help(metric.help)}\n# TYPE {name} {metric.type}\n")
+        if metric.type is MetricType.HISTOGRAM:
+            _render_histograms(out, name, labels, series)
+        else:
+            _render_samples(out, name, labels, series)
+    return "".join(out).encode("utf-8")
