@@ -1,0 +1,1 @@
+"""Real components started by tests on loopback (pulsar-lite today)."""

@@ -1,0 +1,315 @@
+"""A real pulsar-lite broker for tests: the bundled binary on free loopback ports, its own TOML.
+
+`start_broker()` from the package cannot choose the metrics address, so we run the binary
+ourselves (notes/pulsar-lite.md). Measured behaviour the helpers account for:
+- gauges on /metrics (backlog, consumer counts) refresh about every 5 s: use `wait_for_metric`;
+- the `cluster` label is always "pulsar-lite"; `topic` is the short name plus `namespace`;
+- after a restart, topics and their subscriptions are loaded lazily: a subscription reappears
+  on /metrics only once a consumer attaches to it again (`touch_subscription`).
+A missing binary raises `PulsarLiteMissing`; tests never skip for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pulsar
+import pytest
+
+T = TypeVar("T")
+_CLIENT_LOG = logging.getLogger("tests.harness.pulsar.client")
+_CLIENT_LOG.setLevel(logging.WARNING)
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+class PulsarLiteMissing(RuntimeError):
+    """The pulsar-lite binary is not installed: install the `test` extra."""
+
+
+class PulsarLiteFailed(RuntimeError):
+    """The broker did not come up (the message carries the tail of its log)."""
+
+
+def find_binary() -> Path:
+    try:
+        import pulsar_lite
+    except ImportError as exc:
+        raise PulsarLiteMissing("pulsar-lite is not installed (pip install pulsar-lite)") from exc
+    binary = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        raise PulsarLiteMissing(f"pulsar-lite binary missing or not executable: {binary}")
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+class Metrics:
+    """One /metrics body, parsed just enough for assertions."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.samples: list[Sample] = []
+        for line in text.splitlines():
+            match = _SAMPLE.match(line)
+            if match and not line.startswith("#"):
+                labels = dict(_LABEL.findall(match.group(2) or ""))
+                self.samples.append(Sample(match.group(1), labels, float(match.group(3))))
+
+    def find(self, name: str, **labels: str) -> list[Sample]:
+        return [s for s in self.samples
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+    def value(self, name: str, **labels: str) -> float | None:
+        found = self.find(name, **labels)
+        return found[0].value if len(found) == 1 else None
+
+    def subscription(self, name: str, topic: str, subscription: str) -> float | None:
+        """A per-subscription gauge, `topic` given as full persistent:// name."""
+        namespace, short = split_topic(topic)
+        return self.value(name, namespace=namespace, topic=short, subscription=subscription)
+
+
+def split_topic(topic: str) -> tuple[str, str]:
+    """persistent://t/ns/x → ("t/ns", "x"): the label pair pulsar-lite uses."""
+    tenant, ns, short = topic.split("://", 1)[1].split("/", 2)
+    return f"{tenant}/{ns}", short
+
+
+class PulsarLite:
+    """One broker process. Ports are picked at the first start and kept across restarts."""
+
+    def __init__(self, workdir: Path, *, cluster: str = "harness", log_level: str = "info",
+                 binary: Path | None = None):
+        self.workdir = Path(workdir)
+        self.data_dir = self.workdir / "data"
+        self.config_path = self.workdir / "pulsar-lite.toml"
+        self.log_path = self.workdir / "pulsar-lite.log"
+        self.cluster = cluster
+        self.log_level = log_level
+        self._binary = binary
+        self.broker_port = 0
+        self.metrics_port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.broker_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout: float = 20.0) -> PulsarLite:
+        binary = self._binary if self._binary is not None else find_binary()
+        if not binary.is_file():
+            raise PulsarLiteMissing(f"pulsar-lite binary not found: {binary}")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.broker_port:
+            self.broker_port, self.metrics_port = free_port(), free_port()
+        self.config_path.write_text(
+            f'cluster = "{self.cluster}"\n\n[metrics]\nenabled = true\n'
+            f'addr = "127.0.0.1:{self.metrics_port}"\n')
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                [str(binary), "--config", str(self.config_path),
+                 "--addr", f"127.0.0.1:{self.broker_port}", "--db-path", str(self.data_dir),
+                 "--log-level", self.log_level],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.workdir, start_new_session=True)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise PulsarLiteFailed(
+                    f"pulsar-lite exited with {self._process.returncode}:\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.broker_port), timeout=0.5):
+                    pass
+                with urllib.request.urlopen(self.metrics_url, timeout=1.0) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise PulsarLiteFailed(f"pulsar-lite not ready within {timeout} s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM (pulsar-lite takes about 1 s to flush and exit), then SIGKILL."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+    def restart(self, timeout: float = 20.0) -> PulsarLite:
+        """Same data dir and ports: topics, cursors and backlogs come back."""
+        self.stop()
+        deadline = time.monotonic() + timeout
+        while True:  # the old listener may linger for a moment
+            try:
+                return self.start(timeout=max(1.0, deadline - time.monotonic()))
+            except PulsarLiteFailed:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> PulsarLite:
+        return self.start() if not self.running else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- workload over the official client ----------------------------------------------
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[pulsar.Client]:
+        client = pulsar.Client(self.service_url, operation_timeout_seconds=10, logger=_CLIENT_LOG)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def produce(self, topic: str, count: int, size: int = 100, *, start: int = 0) -> None:
+        """`count` messages of `size` bytes, sent one by one (no batching: one entry each);
+        each payload begins with its index (from `start`) so tests can tell them apart."""
+        with self.client() as client:
+            producer = client.create_producer(topic, batching_enabled=False)
+            try:
+                for index in range(start, start + count):
+                    producer.send(str(index).encode().ljust(size, b"."))
+            finally:
+                producer.close()
+
+    def create_subscription(self, topic: str, subscription: str) -> None:
+        """Subscribe then close: a durable subscription with no consumer keeps a backlog."""
+        self.touch_subscription(topic, subscription)
+
+    def touch_subscription(self, topic: str, subscription: str,
+                           kind: pulsar.ConsumerType = pulsar.ConsumerType.Shared) -> None:
+        """Attach and detach once (also makes a restarted broker load the subscription)."""
+        with self.client() as client:
+            client.subscribe(topic, subscription, consumer_type=kind,
+                             initial_position=pulsar.InitialPosition.Earliest).close()
+
+    @contextlib.contextmanager
+    def consumer(self, topic: str, subscription: str,
+                 kind: pulsar.ConsumerType = pulsar.ConsumerType.Exclusive,
+                 receiver_queue_size: int = 1) -> Iterator[pulsar.Consumer]:
+        """A connected consumer held open for the duration of the block."""
+        with self.client() as client:
+            consumer = client.subscribe(topic, subscription, consumer_type=kind,
+                                        receiver_queue_size=receiver_queue_size)
+            try:
+                yield consumer
+            finally:
+                consumer.close()
+
+    def consume_all(self, topic: str, subscription: str, idle: float = 1.0) -> int:
+        """Receive and acknowledge until nothing arrives for `idle` seconds; returns the count."""
+        done = 0
+        with self.client() as client:
+            consumer = client.subscribe(topic, subscription,
+                                        consumer_type=pulsar.ConsumerType.Shared)
+            try:
+                while True:
+                    try:
+                        message = consumer.receive(timeout_millis=int(idle * 1000))
+                    except pulsar.Timeout:
+                        return done
+                    consumer.acknowledge(message)
+                    done += 1
+            finally:
+                consumer.close()
+
+    # --- /metrics -------------------------------------------------------------------------
+
+    def metrics(self) -> Metrics:
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
+            return Metrics(resp.read().decode("utf-8"))
+
+    def wait_for_metric(self, predicate: Callable[[Metrics], T], timeout: float = 15.0,
+                        interval: float = 0.25) -> T:
+        """Poll /metrics until `predicate` returns something truthy, and return it."""
+        deadline = time.monotonic() + timeout
+        last: Metrics | None = None
+        while True:
+            last = self.metrics()
+            result = predicate(last)
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                relevant = "\n".join(line for line in last.text.splitlines()
+                                     if "topic=" in line and not line.startswith("#"))
+                raise AssertionError(f"metric condition not met within {timeout} s; "
+                                     f"per-topic series were:\n{relevant[:4000]}")
+            time.sleep(interval)
+
+    def wait_for_backlog(self, topic: str, subscription: str, expected: float,
+                         timeout: float = 15.0) -> float:
+        def check(m: Metrics) -> bool:
+            return m.subscription("pulsar_subscription_back_log", topic, subscription) == expected
+
+        self.wait_for_metric(check, timeout)
+        return expected
+
+
+def pulsar_lite_fixture(scope: str = "module", **options: object):
+    """A pytest fixture starting one broker per `scope`; `pulsar_lite = pulsar_lite_fixture()`."""
+
+    @pytest.fixture(scope=scope)
+    def _fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulsarLite]:
+        broker = PulsarLite(tmp_path_factory.mktemp("pulsar-lite"), **options)  # type: ignore[arg-type]
+        broker.start()
+        try:
+            yield broker
+        finally:
+            broker.stop()
+
+    return _fixture

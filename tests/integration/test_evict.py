@@ -1,0 +1,383 @@
+"""Evictions against a real pulsar-lite broker (binary protocol) and an admin REST recorder."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pulsar
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.actions.evict import (
+    Absent,
+    AdminEvictor,
+    BinaryEvictor,
+    Completion,
+    EvictionFailure,
+    EvictionMethod,
+    EvictionOrder,
+    Failed,
+    MetricsProbe,
+    NothingToEvict,
+    Performed,
+    Present,
+    Skipped,
+    Unconfigured,
+    evictor_for,
+    parse_consumer_counts,
+)
+from exporter.catalogue import EVICTION_FAILURE_REASONS
+from exporter.config import AdminSource, BrokerSource, Config, Sources
+from tests.harness.pulsar import PulsarLite, pulsar_lite_fixture
+
+pulsar_lite = pulsar_lite_fixture()
+SUBSCRIPTIONS = ("time", "size", "late-cut", "early-cut", "exclusive")
+
+
+@dataclass(frozen=True)
+class Workload:
+    topic: str
+    cut: float  # epoch seconds strictly between message 99's and message 100's publish times
+    first_published: float
+
+
+@pytest.fixture(scope="module")
+def workload(pulsar_lite: PulsarLite) -> Workload:
+    """200 messages in two batches of 100, 0.3 s apart, on stalled subscriptions."""
+    topic = f"persistent://public/default/evict-{uuid.uuid4().hex[:8]}"
+    for subscription in SUBSCRIPTIONS:
+        pulsar_lite.create_subscription(topic, subscription)
+    first = time.time()
+    pulsar_lite.produce(topic, 100, size=200)
+    end_first = time.time()
+    time.sleep(0.3)
+    start_second = time.time()
+    pulsar_lite.produce(topic, 100, size=200, start=100)
+    pulsar_lite.wait_for_metric(lambda m: all(
+        m.subscription("pulsar_subscription_back_log", topic, s) == 200 for s in SUBSCRIPTIONS))
+    return Workload(topic, (end_first + start_second) / 2, first)
+
+
+def _evictor(broker: PulsarLite) -> BinaryEvictor:
+    return BinaryEvictor(broker.service_url, MetricsProbe([broker.metrics_url]), timeout=3.0)
+
+
+def _head(broker: PulsarLite, topic: str, subscription: str) -> int:
+    """Index of the oldest unacknowledged message (received, not acknowledged)."""
+    with broker.consumer(topic, subscription, pulsar.ConsumerType.Shared) as consumer:
+        return int(consumer.receive(timeout_millis=5000).data().split(b".")[0])
+
+
+# --- real broker, binary protocol -------------------------------------------------------------
+
+
+def test_time_order_seeks_the_real_cursor_to_the_cut(pulsar_lite: PulsarLite,
+                                                     workload: Workload) -> None:
+    order = EvictionOrder(workload.topic, "time", "time", before_publish_time=workload.cut)
+    (result,) = _evictor(pulsar_lite).perform([order])
+    assert result == Performed(order, EvictionMethod.SEEK, None, Completion.CONFIRMED)
+    pulsar_lite.wait_for_backlog(workload.topic, "time", 100)
+    assert _head(pulsar_lite, workload.topic, "time") == 100
+
+
+def test_size_order_skips_exactly_n_messages(pulsar_lite: PulsarLite, workload: Workload) -> None:
+    order = EvictionOrder(workload.topic, "size", "size", messages=50)
+    (result,) = _evictor(pulsar_lite).perform([order])
+    assert result == Performed(order, EvictionMethod.ACKNOWLEDGE, 50, Completion.CONFIRMED)
+    pulsar_lite.wait_for_backlog(workload.topic, "size", 150)
+    assert _head(pulsar_lite, workload.topic, "size") == 50
+
+
+def test_cut_after_the_newest_message_clears_the_backlog(pulsar_lite: PulsarLite,
+                                                         workload: Workload) -> None:
+    # pulsar-lite refuses a seek past its newest message; the evictor acknowledges instead.
+    order = EvictionOrder(workload.topic, "late-cut", "time", before_publish_time=time.time() + 1)
+    (result,) = _evictor(pulsar_lite).perform([order])
+    assert result == Performed(order, EvictionMethod.ACKNOWLEDGE, 200, Completion.CONFIRMED)
+    pulsar_lite.wait_for_backlog(workload.topic, "late-cut", 0)
+
+
+def test_cut_before_the_oldest_message_never_moves_the_cursor(pulsar_lite: PulsarLite,
+                                                              workload: Workload) -> None:
+    order = EvictionOrder(workload.topic, "early-cut", "time",
+                          before_publish_time=workload.first_published - 60)
+    (result,) = _evictor(pulsar_lite).perform([order])
+    assert isinstance(result, NothingToEvict)
+    assert _head(pulsar_lite, workload.topic, "early-cut") == 0
+
+
+def test_connected_exclusive_consumer_is_skipped(pulsar_lite: PulsarLite,
+                                                 workload: Workload) -> None:
+    with pulsar_lite.consumer(workload.topic, "exclusive", pulsar.ConsumerType.Exclusive) as held:
+        pulsar_lite.wait_for_metric(lambda m: m.subscription(
+            "pulsar_subscription_consumers_count", workload.topic, "exclusive") == 1)
+        orders = [EvictionOrder(workload.topic, "exclusive", "time",
+                                before_publish_time=workload.cut),
+                  EvictionOrder(workload.topic, "exclusive", "size", messages=10)]
+        results = _evictor(pulsar_lite).perform(orders)
+        assert [(type(r), r.reason) for r in results] == [
+            (Skipped, EvictionFailure.CONSUMER_CONNECTED)] * 2
+        assert held.receive(timeout_millis=5000).data().startswith(b"0.")  # cursor untouched
+
+
+def test_missing_topic_fails_not_found_and_is_not_created(pulsar_lite: PulsarLite,
+                                                          workload: Workload) -> None:
+    missing = f"persistent://public/default/never-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    results = _evictor(pulsar_lite).perform([
+        EvictionOrder(missing, "sub", "size", messages=5),
+        EvictionOrder(workload.topic, "no-such-subscription", "size", messages=5)])
+    assert time.monotonic() - started < 2
+    assert [(type(r), r.reason) for r in results] == [(Failed, EvictionFailure.NOT_FOUND)] * 2
+    # After a refresh that happened later than the attempt, neither was created.
+    marker = f"persistent://public/default/marker-{uuid.uuid4().hex[:8]}"
+    pulsar_lite.produce(marker, 1)
+    metrics = pulsar_lite.wait_for_metric(
+        lambda m: m if m.find("pulsar_storage_size", topic=marker.rsplit("/", 1)[1]) else None)
+    assert not metrics.find("pulsar_storage_size", topic=missing.rsplit("/", 1)[1])
+    assert not metrics.find("pulsar_subscription_back_log", subscription="no-such-subscription")
+
+
+def test_broker_down_fails_quickly(tmp_path: Path) -> None:
+    down = PulsarLite(tmp_path / "down").start()
+    down.stop()
+    order = EvictionOrder("persistent://public/default/t", "s", "time", before_publish_time=1e9)
+    started = time.monotonic()
+    (result,) = _evictor(down).perform([order])
+    assert time.monotonic() - started < 3
+    assert (type(result), result.reason) == (Failed, EvictionFailure.BROKER_ERROR)
+
+
+def test_probe_reads_the_real_consumer_counts(pulsar_lite: PulsarLite, workload: Workload) -> None:
+    state = MetricsProbe([pulsar_lite.metrics_url]).states()
+    assert state(workload.topic, "size") == Present(0)
+    assert state(workload.topic, "nope") == Absent()
+
+
+# --- wiring, orders, probe parsing ------------------------------------------------------------
+
+
+def test_failure_reasons_are_the_catalogues() -> None:
+    assert tuple(EvictionFailure) == EVICTION_FAILURE_REASONS
+
+
+def test_evictor_for_picks_admin_then_binary_then_nothing() -> None:
+    admin = Config("c", sources=Sources(admin=AdminSource("http://a"), service_url="pulsar://b"))
+    binary = Config("c", sources=Sources(brokers=(BrokerSource("http://m"),),
+                                         service_url="pulsar://b"))
+    assert isinstance(evictor_for(admin), AdminEvictor)
+    assert isinstance(evictor_for(binary), BinaryEvictor)
+    nothing = evictor_for(Config("c"))
+    assert isinstance(nothing, Unconfigured)
+    order = EvictionOrder("persistent://t/n/x", "s", "size", messages=1)
+    assert nothing.perform([order]) == (
+        Skipped(order, EvictionFailure.NO_SERVICE_URL,
+                "configure sources.service_url or sources.admin"),)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"topic": "non-persistent://t/n/x", "messages": 1},
+    {"topic": "persistent://t/x", "messages": 1},
+    {"quota_type": "bytes", "messages": 1},
+    {"messages": 1, "before_publish_time": 5.0},
+    {},
+    {"messages": 0},
+    {"messages": True},
+    {"before_publish_time": float("nan")},
+    {"subscription": "", "messages": 1},
+])
+def test_invalid_orders_are_rejected(kwargs: dict) -> None:
+    args = {"topic": "persistent://t/n/x", "subscription": "s", "quota_type": "size", **kwargs}
+    with pytest.raises(ValueError):
+        EvictionOrder(**args)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=st.floats(min_value=1.0, max_value=4e9, allow_nan=False),
+       offset=st.integers(min_value=-3, max_value=3))
+def test_cutoff_ms_keeps_exactly_what_is_not_before_the_cut(before: float, offset: int) -> None:
+    order = EvictionOrder("persistent://t/n/x", "s", "time", before_publish_time=before)
+    cut = order.cutoff_ms
+    assert cut is not None
+    for publish_ms in (cut + offset, int(before * 1000) + offset):
+        assert (publish_ms < cut) == (publish_ms < Fraction(before) * 1000)
+
+
+def test_probe_parses_both_label_forms() -> None:
+    lines = [
+        b'pulsar_subscription_consumers_count{cluster="prod",namespace="t/n",'
+        b'topic="persistent://t/n/full",subscription="a"} 2\n',
+        b'pulsar_subscription_consumers_count{cluster="pulsar-lite",namespace="t/n",'
+        b'partition="-1",subscription="b",topic="short"} 0\n',
+        b'pulsar_subscription_consumers_count{namespace="t/n",partition="3",'
+        b'subscription="c",topic="part"} 1\n',
+        b'pulsar_subscription_back_log{namespace="t/n",topic="short",subscription="b"} 9\n',
+    ]
+    assert parse_consumer_counts(iter(lines)) == {
+        ("persistent://t/n/full", "a"): 2,
+        ("persistent://t/n/short", "b"): 0,
+        ("persistent://t/n/part-partition-3", "c"): 1,
+    }
+
+
+# --- admin REST, against a recorder -------------------------------------------------------------
+
+
+@dataclass
+class AdminRecorder:
+    """Stands in for Apache Pulsar's admin REST: replays scripted answers, records requests."""
+
+    routes: dict[str, tuple[int, object, float]] = field(default_factory=dict)
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    url: str = ""
+
+    def answer(self, method: str, path: str, status: int = 204, body: object = None,
+               delay: float = 0.0) -> None:
+        self.routes[f"{method} {path}"] = (status, body, delay)
+
+
+def _stats(subscription: str, *, backlog: int = 200, kind: str = "Shared", consumers: int = 0,
+           earliest: int | None = 1_700_000_000_000) -> dict:
+    """A TopicStats document with Pulsar's field names (SubscriptionStats subset we read)."""
+    sub: dict[str, object] = {
+        "msgBacklog": backlog, "type": kind, "msgRateOut": 0.0, "unackedMessages": 0,
+        "consumers": [{"consumerName": f"c{i}", "unackedMessages": 0} for i in range(consumers)],
+    }
+    if earliest is not None:
+        sub["earliestMsgPublishTimeInBacklog"] = earliest
+    return {"msgInCounter": 200, "backlogSize": 40000, "subscriptions": {subscription: sub}}
+
+
+@pytest.fixture
+def recorder() -> Iterator[AdminRecorder]:
+    rec = AdminRecorder()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            rec.requests.append((self.command, self.path, self.headers.get("Authorization")))
+            status, body, delay = rec.routes.get(
+                f"{self.command} {self.path}", (404, {"reason": "Topic not found"}, 0.0))
+            time.sleep(delay)
+            payload = b"" if body is None else json.dumps(body).encode()
+            self.send_response(status)
+            if status in (307, 308):
+                self.send_header("Location", str(body))
+                payload = b""
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = _serve
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    rec.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+TOPIC = "persistent://my-tenant/my-ns/orders v2"
+BASE = "/admin/v2/persistent/my-tenant/my-ns/orders%20v2"
+STATS = f"{BASE}/stats?getEarliestTimeInBacklog=true"
+
+
+def test_admin_time_order_resets_the_cursor_with_the_token(recorder: AdminRecorder,
+                                                           tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    recorder.answer("GET", STATS, 200, _stats("sub/1"))
+    recorder.answer("POST", f"{BASE}/subscription/sub%2F1/resetcursor/1700000005001")
+    order = EvictionOrder(TOPIC, "sub/1", "time", before_publish_time=1_700_000_005.0005)
+    (result,) = AdminEvictor(AdminSource(recorder.url, token_file=str(token))).perform([order])
+    assert result == Performed(order, EvictionMethod.ADMIN_RESET_CURSOR, None,
+                               Completion.CONFIRMED)
+    assert recorder.requests == [
+        ("GET", STATS, "Bearer secret-token"),
+        ("POST", f"{BASE}/subscription/sub%2F1/resetcursor/1700000005001", "Bearer secret-token"),
+    ]
+
+
+def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminRecorder) -> None:
+    owner = f"{BASE}/subscription/s/skip/50?authoritative=true"
+    recorder.answer("GET", STATS, 200, _stats("s", backlog=30, consumers=2))
+    recorder.answer("POST", f"{BASE}/subscription/s/skip/50", 307, recorder.url + owner)
+    recorder.answer("POST", owner, 204)
+    order = EvictionOrder(TOPIC, "s", "size", messages=50)
+    (result,) = AdminEvictor(AdminSource(recorder.url)).perform([order])
+    assert result == Performed(order, EvictionMethod.ADMIN_SKIP, 30, Completion.CONFIRMED)
+    assert [(m, p) for m, p, _ in recorder.requests][-2:] == [
+        ("POST", f"{BASE}/subscription/s/skip/50"), ("POST", owner)]
+
+
+@pytest.mark.parametrize(("stats", "order_kwargs", "expected"), [
+    (None, {"messages": 5}, (Failed, EvictionFailure.NOT_FOUND)),
+    (_stats("other"), {"messages": 5}, (Failed, EvictionFailure.NOT_FOUND)),
+    (_stats("s", kind="Exclusive", consumers=1), {"messages": 5},
+     (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
+    (_stats("s", kind="Failover", consumers=2), {"before_publish_time": 2e9},
+     (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
+    (_stats("s", consumers=1, earliest=None), {"before_publish_time": 2e9},
+     (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
+    (_stats("s", backlog=0), {"messages": 5}, (NothingToEvict, None)),
+    (_stats("s", earliest=1_700_000_000_000), {"before_publish_time": 1_700_000_000.0},
+     (NothingToEvict, None)),
+    ({"subscriptions": "garbage"}, {"messages": 5}, (Failed, EvictionFailure.OTHER)),
+])
+def test_admin_decides_before_posting(recorder: AdminRecorder, stats: dict | None,
+                                      order_kwargs: dict, expected: tuple) -> None:
+    if stats is not None:
+        recorder.answer("GET", STATS, 200, stats)
+    order = EvictionOrder(TOPIC, "s", "size", **order_kwargs)
+    (result,) = AdminEvictor(AdminSource(recorder.url)).perform([order])
+    assert (type(result), getattr(result, "reason", None)) == expected
+    assert [m for m, _, _ in recorder.requests] == ["GET"]  # never reached a POST
+
+
+@pytest.mark.parametrize(("status", "reason"), [
+    (500, EvictionFailure.BROKER_ERROR), (412, EvictionFailure.BROKER_ERROR),
+    (403, EvictionFailure.OTHER), (404, EvictionFailure.NOT_FOUND)])
+def test_admin_post_errors_map_to_reasons(recorder: AdminRecorder, status: int,
+                                          reason: EvictionFailure) -> None:
+    recorder.answer("GET", STATS, 200, _stats("s", earliest=None))
+    recorder.answer("POST", f"{BASE}/subscription/s/resetcursor/2000000000000", status,
+                    {"reason": "Unable to find position for timestamp specified"})
+    order = EvictionOrder(TOPIC, "s", "time", before_publish_time=2e9)
+    (result,) = AdminEvictor(AdminSource(recorder.url)).perform([order])
+    assert (type(result), result.reason) == (Failed, reason)
+
+
+def test_admin_timeout_and_refusal_are_quick(recorder: AdminRecorder) -> None:
+    recorder.answer("GET", STATS, 200, _stats("s"), delay=2.0)
+    order = EvictionOrder(TOPIC, "s", "size", messages=1)
+    started = time.monotonic()
+    (slow,) = AdminEvictor(AdminSource(recorder.url, timeout=0.3)).perform([order])
+    (refused,) = AdminEvictor(AdminSource("http://127.0.0.1:9", timeout=0.3)).perform([order])
+    assert time.monotonic() - started < 1.5
+    assert (type(slow), slow.reason) == (Failed, EvictionFailure.TIMEOUT)
+    assert (type(refused), refused.reason) == (Failed, EvictionFailure.BROKER_ERROR)
+
+
+def test_admin_missing_token_file_is_other(recorder: AdminRecorder, tmp_path: Path) -> None:
+    order = EvictionOrder(TOPIC, "s", "size", messages=1)
+    source = AdminSource(recorder.url, token_file=str(tmp_path / "absent"))
+    (result,) = AdminEvictor(source).perform([order])
+    assert (type(result), result.reason) == (Failed, EvictionFailure.OTHER)
+    assert recorder.requests == []
