@@ -22,6 +22,22 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate-config", help="validate a config file; exit 2 on errors")
     v.add_argument("file", metavar="FILE")
 
+    r = sub.add_parser("run", help="run the exporter: check every interval, serve /metrics")
+    _add_config(r)
+    r.add_argument("--web.listen-address", dest="listen", metavar="HOST:PORT",
+                   help="override exposition.listen")
+    r.add_argument("--log.level", dest="log_level", default="info",
+                   choices=("debug", "info", "warning", "error"))
+
+    c = sub.add_parser("check", help="run one check cycle and print the decisions")
+    _add_config(c)
+    c.add_argument("--once", action="store_true", help="one cycle (the only mode for now)")
+    c.add_argument("--format", choices=("table", "json"), default="table")
+
+    d = sub.add_parser("demo", help="embedded broker + workload + exporter (examples/demo.yaml)")
+    d.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="stop after this long (default: until Ctrl-C)")
+
     g = sub.add_parser("generate", help="regenerate the committed artefacts from the catalogue")
     g.add_argument("--check", action="store_true",
                    help="change nothing; exit 1 if any generated file is out of date")
@@ -45,8 +61,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         _load_or_exit(args.file)
         print("OK")
         return 0
+    if args.command == "run":
+        import dataclasses
+        import logging
+
+        from exporter.app import run
+
+        config = _load_or_exit(args.config)
+        if args.listen:
+            config = dataclasses.replace(
+                config, exposition=dataclasses.replace(config.exposition, listen=args.listen))
+        logging.basicConfig(level=args.log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return run(config)
+    if args.command == "check":
+        return _check(args)
+    if args.command == "demo":
+        from exporter.demo import run_demo
+
+        return run_demo(args.duration)
     if args.command == "generate":
         from exporter.generate.all import generate
 
         return generate(check=args.check)
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _check(args: argparse.Namespace) -> int:
+    import json
+
+    from exporter.app import Exporter
+    from exporter.demo import summary
+    from exporter.pipeline.session import stop
+
+    config = _load_or_exit(args.config)
+    exporter = Exporter(config)
+    try:
+        report = exporter.cycle()
+    finally:
+        exporter.close()
+        stop()
+    if args.format == "json":
+        print(json.dumps(report.status, indent=2, sort_keys=False))
+    else:
+        print(summary(report))
+    down = [s for s in report.status["sources"] if not s["up"]]
+    return 1 if down or report.decisions is None else 0

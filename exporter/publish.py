@@ -1,0 +1,153 @@
+"""One cycle's decisions, source health and running tallies → the catalogue's `MetricSet`.
+
+Series are built from this cycle's state only (never purged by hand): a topic that vanished
+simply is not added again. Counters come from `Tallies`, the only state that outlives a cycle
+here, and every error counter exists at 0 from the first cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from exporter import __version__
+from exporter.catalogue import CHECK_DURATION_BUCKETS
+from exporter.decide import Decisions, GroupResult
+from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
+from exporter.exposition import HistogramValue, MetricSet, MetricSetBuilder
+from exporter.sources.model import SourceHealth
+
+
+@dataclass
+class Tallies:
+    """Cumulative counts, mutated by the check loop only (one writer)."""
+
+    evictions: Counter = field(default_factory=Counter)  # (namespace, topic, quota_type)
+    would_evict: Counter = field(default_factory=Counter)  # (namespace, topic, quota_type)
+    eviction_failures: Counter = field(default_factory=Counter)  # reason
+    malformed_lines: Counter = field(default_factory=Counter)  # source
+    reloads: Counter = field(default_factory=Counter)  # success | failure
+    cycles_skipped: int = 0
+    check_duration: HistogramValue = field(
+        default_factory=lambda: HistogramValue.empty(CHECK_DURATION_BUCKETS))
+
+    def broker_evictions(self) -> Counter:
+        out: Counter = Counter()
+        for (_, _, quota_type), n in self.evictions.items():
+            out[quota_type] += n
+        return out
+
+
+@dataclass(frozen=True)
+class CycleFacts:
+    """What the check loop measured about the cycle itself."""
+
+    cluster: str
+    now: float
+    stage_seconds: Mapping[str, float]
+    last_success_at: float | None
+
+
+def _finite(v: float | None) -> bool:
+    return v is not None and math.isfinite(v)
+
+
+def _add_topic(b: MetricSetBuilder, cluster: str, d: TopicDecision) -> None:
+    key = (cluster, d.namespace, d.topic)
+    if d.backlog_age_seconds is not None:
+        b.add("pulsar_storage_backlog_age_seconds", key, d.backlog_age_seconds)
+        b.add("pulsar_storage_backlog_age_estimated", key,
+              0.0 if d.time_source is TimeSource.PRECISE else 1.0)
+    if _finite(d.backlog_bytes):
+        b.add("pulsar_storage_backlog_size", key, d.backlog_bytes)
+    if d.quota.limit_size is not None and d.quota.limit_size >= 0:
+        b.add("pulsar_storage_backlog_quota_limit", key, d.quota.limit_size)
+    if d.quota.limit_time is not None and d.quota.limit_time > 0:
+        b.add("pulsar_storage_backlog_quota_limit_time", key, d.quota.limit_time)
+    for quota_type, status in ((QuotaType.SIZE, d.size), (QuotaType.TIME, d.time)):
+        if status in (LimitStatus.WITHIN, LimitStatus.EXCEEDED):
+            b.add("pulsar_storage_backlog_quota_exceeded",
+                  (*key, quota_type.value, d.quota.policy.value),
+                  1.0 if status is LimitStatus.EXCEEDED else 0.0)
+    if d.holder is not None and d.backlog_messages > 0:
+        b.add("pulsar_storage_backlog_oldest_subscription_info", (*key, d.holder), 1.0)
+
+
+def _add_group(b: MetricSetBuilder, cluster: str, participant: str, g: GroupResult) -> None:
+    rg = (cluster, g.resource_group, g.monitoring_class.value)
+    for unit, quota in (("messages", g.quota.messages), ("bytes", g.quota.bytes)):
+        if quota >= 0:
+            b.add(f"pulsar_resource_group_quota_{unit}_per_second", rg, quota)
+    if g.local_quota is not None:
+        for unit, v in (("messages", g.local_quota.messages), ("bytes", g.local_quota.bytes)):
+            if v >= 0:
+                b.add(f"pulsar_resource_group_local_quota_{unit}_per_second",
+                      (*rg, participant), v)
+    if g.usage is not None:
+        b.add("pulsar_resource_group_usage_messages_per_second", (*rg, participant),
+              g.usage.messages)
+        b.add("pulsar_resource_group_usage_bytes_per_second", (*rg, participant), g.usage.bytes)
+    if g.cluster_usage is not None:
+        for unit, used, quota in (("messages", g.cluster_usage.messages, g.quota.messages),
+                                  ("bytes", g.cluster_usage.bytes, g.quota.bytes)):
+            if quota > 0:
+                b.add("pulsar_resource_group_utilization_ratio", (*rg, unit), used / quota)
+    if g.throttle is not None:
+        b.add("pulsar_resource_group_throttle_delay_seconds", rg, g.throttle.delay_seconds)
+
+
+def _add_health(b: MetricSetBuilder, cluster: str, health: Iterable[SourceHealth],
+                tallies: Tallies, now: float) -> None:
+    for h in health:
+        b.add("pulsar_quota_exporter_source_up", (cluster, h.source, h.kind.value),
+              1.0 if h.up else 0.0)
+        b.seed("pulsar_quota_exporter_source_scrape_errors_total", cluster=cluster,
+               source=h.source)
+        for reason, n in h.errors:
+            b.add("pulsar_quota_exporter_source_scrape_errors_total",
+                  (cluster, h.source, reason.value), n)
+        if h.last_success is not None:
+            b.add("pulsar_quota_exporter_source_staleness_seconds", (cluster, h.source),
+                  max(0.0, now - h.last_success))
+        b.add("pulsar_quota_exporter_source_malformed_lines_total", (cluster, h.source),
+              tallies.malformed_lines[h.source])
+
+
+def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[SourceHealth],
+          tallies: Tallies, participant: str) -> MetricSet:
+    """The whole /metrics content of one cycle. `decisions` is None when the pipeline
+    failed: the exporter's own series are still published."""
+    c = facts.cluster
+    b = MetricSetBuilder()
+    b.seed_counters(cluster=c)
+    b.add("pulsar_quota_exporter_build_info", (c, __version__), 1.0)
+    if decisions is not None:
+        for d in decisions.topics:
+            _add_topic(b, c, d)
+        for ns, age in decisions.namespace_max_age.items():
+            b.add("pulsar_namespace_backlog_age_max_seconds", (c, ns), age)
+        for g in decisions.groups:
+            _add_group(b, c, participant, g)
+        b.add("pulsar_quota_exporter_topics", (c,), len(decisions.topics))
+    for (ns, topic, qt), n in tallies.evictions.items():
+        b.add("pulsar_storage_backlog_quota_exceeded_evictions_total", (c, ns, topic, qt), n)
+    for (ns, topic, qt), n in tallies.would_evict.items():
+        b.add("pulsar_storage_backlog_quota_would_evict_total", (c, ns, topic, qt), n)
+    for qt, n in tallies.broker_evictions().items():
+        b.add("pulsar_broker_storage_backlog_quota_exceeded_evictions_total", (c, qt), n)
+    for reason, n in tallies.eviction_failures.items():
+        b.add("pulsar_quota_exporter_evictions_failed_total", (c, reason), n)
+    for result, n in tallies.reloads.items():
+        b.add("pulsar_quota_exporter_config_reloads_total", (c, result), n)
+    b.add("pulsar_quota_exporter_cycles_skipped_total", (c,), tallies.cycles_skipped)
+    b.set_histogram("pulsar_storage_backlog_quota_check_duration_seconds", (c,),
+                    tallies.check_duration)
+    _add_health(b, c, health, tallies, facts.now)
+    for stage, seconds in facts.stage_seconds.items():
+        b.add("pulsar_quota_exporter_cycle_stage_duration_seconds", (c, stage), seconds)
+    if facts.last_success_at is not None:
+        b.add("pulsar_quota_exporter_last_successful_cycle_timestamp_seconds", (c,),
+              facts.last_success_at)
+    return b.build()

@@ -1,0 +1,82 @@
+"""The JSON view of one cycle: `/api/v1/status` and `check --format json` (schema in README)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+from exporter.decide import Decisions, GroupResult
+from exporter.engine.backlog import TopicDecision
+from exporter.sources.model import SourceHealth
+
+
+def _num(v: float | None) -> float | int | None:
+    if v is None or not math.isfinite(v):
+        return None
+    return int(v) if float(v).is_integer() else round(v, 3)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def topic_view(d: TopicDecision) -> dict[str, object]:
+    evict = [{"subscription": s.subscription, "quota_type": "size", "messages": s.skip_messages}
+             for s in d.plan.size]
+    evict += [{"subscription": t.subscription, "quota_type": "time",
+               "before_publish_time": _iso(t.cutoff)} for t in d.plan.time]
+    return {
+        "topic": d.topic,
+        "namespace": d.namespace,
+        "backlog_messages": d.backlog_messages,
+        "backlog_size_bytes": _num(d.backlog_bytes),
+        "backlog_age_seconds": _num(d.backlog_age_seconds),
+        "oldest_subscription": d.holder,
+        "policy": d.quota.policy.value,
+        "quota_source": d.quota_source.value,
+        "limit_size_bytes": d.quota.limit_size,
+        "limit_time_seconds": _num(d.quota.limit_time),
+        "exceeded": sorted(q.value for q in d.exceeded),
+        "action": d.action.value,
+        "evict": evict or None,
+    }
+
+
+def group_view(g: GroupResult) -> dict[str, object]:
+    def usage(u):
+        return None if u is None else {"messages_per_second": _num(u.messages),
+                                       "bytes_per_second": _num(u.bytes)}
+
+    return {
+        "resource_group": g.resource_group,
+        "monitoring_class": g.monitoring_class.value,
+        "quota": usage(g.quota),
+        "usage": usage(g.usage),
+        "local_quota": usage(g.local_quota),
+        "throttle_delay_seconds": _num(g.throttle.delay_seconds) if g.throttle else None,
+    }
+
+
+def source_view(h: SourceHealth) -> dict[str, object]:
+    return {
+        "url": h.source,
+        "kind": h.kind.value,
+        "up": h.up,
+        "error": None if h.up else (h.last_error_detail or (h.last_error and h.last_error.value)),
+        "last_success": _iso(h.last_success) if h.last_success else None,
+    }
+
+
+def view(cluster: str, checked_at: float, decisions: Decisions | None,
+         health: Iterable[SourceHealth], stage_seconds: Mapping[str, float] | None = None,
+         ) -> dict[str, object]:
+    topics = [topic_view(d) for d in decisions.topics] if decisions else []
+    return {
+        "cluster": cluster,
+        "checked_at": _iso(checked_at),
+        "sources": [source_view(h) for h in health],
+        "stage_seconds": {k: round(v, 4) for k, v in (stage_seconds or {}).items()},
+        "topics": sorted(topics, key=lambda t: t["topic"]),
+        "resource_groups": [group_view(g) for g in decisions.groups] if decisions else [],
+    }
