@@ -6,14 +6,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.generate import readme
+from exporter.generate import alerts, dashboards, readme, runbooks
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
     """Each generated file and how to produce its new text from its current text."""
-    return {root / "README.md": readme.update}
+    return {
+        root / "README.md": lambda text: runbooks.update(readme.update(text)),
+        **dashboards.outputs(root),
+        **alerts.outputs(root),
+    }
 
 
 def generate(check: bool = False, root: Path = ROOT) -> int:
@@ -24,6 +28,7 @@ def generate(check: bool = False, root: Path = ROOT) -> int:
         if new != old:
             stale.append(path)
             if not check:
+                path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(new, encoding="utf-8")
     for path in stale:
         print(f"{'out of date' if check else 'wrote'}: {path.relative_to(root)}", file=sys.stderr)
