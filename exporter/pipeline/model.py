@@ -1,0 +1,166 @@
+"""What the pipeline hands to the engine and the server: columnar per-entity results.
+
+One `Aggregates` per cycle, built by one Spark plan from the cycle's broker bodies. Every
+table is a pyarrow Table with exactly the schema below (column order included), so the
+stages after the pipeline never see a Spark object and never parse text.
+
+Conventions, all tables:
+- Sample values are `float64`, as Prometheus samples are; `null` where no broker reported
+  the series (pulsar-lite, for instance, has no `pulsar_storage_backlog_size`). Counters
+  (`*_total`) are the broker's cumulative values, not rates: the engine diffs them.
+- Counts the pipeline computes itself (topics, lines) are `int64` and never null.
+- Topic keys are full names (`persistent://tenant/ns/topic`, `-partition-N` for a
+  partition); namespaces are `tenant/ns` (`tenant/cluster/ns` for v1 names).
+- `source` is the broker source URL (`BrokerBody.source`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import pyarrow as pa
+
+
+class MalformedReason(StrEnum):
+    """Why a line of a broker body was skipped; the `reason` label of the error counter."""
+
+    SYNTAX = "syntax"  # not `name[{labels}] value [timestamp]` in the text format
+    DUPLICATE_LABEL = "duplicate_label"  # a kept family's sample names a label twice
+    UNKEYED_TOPIC = "unkeyed_topic"  # a short topic name with no namespace to complete it
+
+
+class Level(StrEnum):
+    """Which entity a sample describes, decided by the labels it carries."""
+
+    SUBSCRIPTION = "subscription"  # has `subscription` (and `topic`)
+    TOPIC = "topic"  # has `topic`, no `subscription`
+    NAMESPACE = "namespace"  # has `namespace` only: a broker with topic-level metrics off
+
+
+_F = pa.float64()
+_S = pa.string()
+_I = pa.int64()
+
+# Per subscription, on the broker that owns its topic (see TOPICS for the ownership rule).
+# last_*_seconds: unix seconds (Apache Pulsar reports milliseconds, pulsar-lite seconds;
+# both are normalised), null when never or not reported.
+SUBSCRIPTIONS = pa.schema([
+    ("topic", _S),
+    ("namespace", _S),
+    ("subscription", _S),
+    ("source", _S),
+    ("backlog_messages", _F),  # pulsar_subscription_back_log
+    ("unacked_messages", _F),  # pulsar_subscription_unacked_messages
+    ("msg_out_total", _F),  # pulsar_out_messages_total{subscription=…}
+    ("bytes_out_total", _F),  # pulsar_out_bytes_total{subscription=…}
+    ("consumers", _F),  # pulsar_subscription_consumers_count
+    ("rate_out", _F),  # pulsar_subscription_msg_rate_out, msg/s
+    ("throughput_out", _F),  # pulsar_subscription_msg_throughput_out, bytes/s
+    ("last_acked_seconds", _F),  # pulsar_subscription_last_acked_timestamp
+    ("last_consumed_seconds", _F),  # pulsar_subscription_last_consumed_timestamp
+])
+
+# Per topic, one row per topic. A topic reported by two brokers (it moved during the cycle)
+# keeps the report with the largest msg_in_total, ties to the smaller source URL: never
+# double-counted, deterministic, and the counter the series already followed (Apache Pulsar's
+# new owner restarts it from 0) goes on until the old owner stops reporting the topic.
+# A column the broker has no topic-level series for is derived from the topic's
+# subscriptions, as Apache Pulsar's NamespaceStatsAggregator derives it: msg_backlog,
+# rate_out, throughput_out, consumers and the out counters are sums over subscriptions,
+# `subscriptions` their count (Apache Pulsar has no topic-level out counters at all).
+TOPICS = pa.schema([
+    ("topic", _S),
+    ("namespace", _S),
+    ("source", _S),
+    ("msg_in_total", _F),  # pulsar_in_messages_total
+    ("bytes_in_total", _F),  # pulsar_in_bytes_total
+    ("msg_out_total", _F),
+    ("bytes_out_total", _F),
+    ("storage_size_bytes", _F),  # pulsar_storage_size
+    ("backlog_size_bytes", _F),  # pulsar_storage_backlog_size (Apache Pulsar only)
+    ("msg_backlog", _F),  # pulsar_msg_backlog
+    ("producers", _F),  # pulsar_producers_count
+    ("consumers", _F),  # pulsar_consumers_count
+    ("subscriptions", _F),  # pulsar_subscriptions_count
+    ("rate_in", _F),  # pulsar_rate_in, msg/s
+    ("rate_out", _F),  # pulsar_rate_out, msg/s
+    ("throughput_in", _F),  # pulsar_throughput_in, bytes/s
+    ("throughput_out", _F),  # pulsar_throughput_out, bytes/s
+])
+
+# Per namespace: sums over its topics. For a broker with topic-level metrics off
+# (exposeTopicLevelMetricsInPrometheus=false) the broker's own namespace-level series are
+# used instead, and `topics` is its pulsar_topics_count.
+NAMESPACES = pa.schema([
+    ("namespace", _S),
+    ("topics", _I),
+    *[(f.name, f.type) for f in TOPICS if f.name not in ("topic", "namespace", "source")],
+])
+
+# Per configured resource group × monitoring class (publish = in counters, dispatch = out
+# counters), summed over the namespaces bound to the group (a namespace binding beats its
+# tenant's). Every configured group has both rows, with 0 and namespaces = 0 when nothing
+# bound to it was seen.
+RESOURCE_GROUPS = pa.schema([
+    ("resource_group", _S),
+    ("monitoring_class", _S),  # exporter.config.MonitoringClass values
+    ("messages_total", _F),
+    ("bytes_total", _F),
+    ("namespaces", _I),  # bound namespaces seen this cycle
+    ("topics", _I),
+])
+
+# Per broker source, over the topics it owns after de-duplication (for load verdicts).
+# Every body's source has a row, zeros when it reported nothing.
+BROKERS = pa.schema([
+    ("source", _S),
+    ("cluster", _S),  # the `cluster` label it reports (pulsar-lite: always "pulsar-lite")
+    ("topics", _I),
+    ("sessions", _F),  # producers + consumers, as Pulsar's bundle-split thresholds count them
+    ("rate_in", _F),
+    ("rate_out", _F),
+    ("throughput_in", _F),
+    ("throughput_out", _F),
+])
+
+# Skipped lines per source × reason; every body's source has a row per reason.
+MALFORMED = pa.schema([
+    ("source", _S),
+    ("reason", _S),  # MalformedReason values
+    ("lines", _I),
+])
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregates:
+    """One cycle's per-entity results. `unreadable` lists sources whose spool file was
+    missing: the plan ran without them rather than failing the cycle."""
+
+    subscriptions: pa.Table
+    topics: pa.Table
+    namespaces: pa.Table
+    resource_groups: pa.Table
+    brokers: pa.Table
+    malformed: pa.Table
+    unreadable: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, schema in SCHEMAS.items():
+            table = getattr(self, name)
+            if not table.schema.equals(schema):
+                raise ValueError(f"Aggregates.{name}: schema {table.schema} != {schema}")
+
+    @classmethod
+    def empty(cls, unreadable: tuple[str, ...] = ()) -> Aggregates:
+        return cls(**{n: s.empty_table() for n, s in SCHEMAS.items()}, unreadable=unreadable)
+
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "subscriptions": SUBSCRIPTIONS,
+    "topics": TOPICS,
+    "namespaces": NAMESPACES,
+    "resource_groups": RESOURCE_GROUPS,
+    "brokers": BROKERS,
+    "malformed": MALFORMED,
+}
