@@ -15,6 +15,7 @@ body is read and parsed exactly once per cycle. Rules (schemas and units: model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -56,6 +57,14 @@ _FROM_SUBSCRIPTIONS = {
     "rate_out": "rate_out",
     "throughput_out": "throughput_out",
 }
+_BROKER_RATES = ("rate_in", "rate_out", "throughput_in", "throughput_out")
+_COUNTERS = ("msg_in_total", "bytes_in_total", "msg_out_total", "bytes_out_total")
+# Pulsar's resource-group monitoring classes: publish counts what comes in, dispatch what
+# goes out (PIP-82).
+_CLASS_COUNTERS = (
+    (MonitoringClass.DISPATCH, "msg_out_total", "bytes_out_total"),
+    (MonitoringClass.PUBLISH, "msg_in_total", "bytes_in_total"),
+)
 _VALUE_COLUMNS = [f.name for f in TOPICS if f.name not in ("topic", "namespace", "source")]
 
 
@@ -94,10 +103,9 @@ def aggregate(
             topics=_to_table(topics, TOPICS),
             subscriptions=_to_table(owned, SUBSCRIPTIONS),
             namespaces=_to_table(namespaces.orderBy("namespace"), NAMESPACES),
-            resource_groups=_to_table(_resource_groups(spark, namespaces, groups),
-                                      RESOURCE_GROUPS),
-            brokers=_to_table(_brokers(spark, good, per_source, sources), BROKERS),
-            malformed=_to_table(_malformed(spark, samples, sources), MALFORMED),
+            resource_groups=_resource_groups(namespaces, groups),
+            brokers=_brokers(per_source, sources),
+            malformed=_malformed(samples, sources),
             unreadable=unreadable,
         )
     finally:
@@ -149,6 +157,7 @@ def _topics(samples: DataFrame, subscriptions: DataFrame) -> DataFrame:
     own = _pivot(samples, Level.TOPIC, ["source", "topic"], TOPIC_FAMILIES)
     derived = subscriptions.groupBy("source", "topic").agg(
         F.max("namespace").alias("s_namespace"),
+        F.max("cluster").alias("s_cluster"),
         *[
             (F.count(F.lit(1)).cast("double") if source is None else F.sum(source))
             .alias(f"s_{name}")
@@ -160,6 +169,7 @@ def _topics(samples: DataFrame, subscriptions: DataFrame) -> DataFrame:
         "topic",
         F.coalesce("namespace", "s_namespace").alias("namespace"),
         "source",
+        F.coalesce("cluster", "s_cluster").alias("cluster"),  # kept for the broker table
         *[
             (F.coalesce(name, f"s_{name}") if name in _FROM_SUBSCRIPTIONS else F.col(name))
             .alias(name)
@@ -181,12 +191,14 @@ def _namespaces_per_source(samples: DataFrame, topics: DataFrame) -> DataFrame:
     of the namespace, its namespace-level series."""
     from_topics = topics.groupBy("source", "namespace").agg(
         F.count(F.lit(1)).alias("t_topics"),
+        F.max("cluster").alias("t_cluster"),
         *[F.sum(name).alias(f"t_{name}") for name in _VALUE_COLUMNS],
     )
     reported = _pivot(samples, Level.NAMESPACE, ["source", "namespace"], NAMESPACE_FAMILIES)
     reported = reported.select(
         "source", "namespace",
         F.col("topics").try_cast("long").alias("n_topics"),
+        F.col("cluster").alias("n_cluster"),
         *[F.col(name).alias(f"n_{name}") for name in _VALUE_COLUMNS],
     )
     joined = from_topics.join(reported, ["source", "namespace"], "full")
@@ -194,6 +206,7 @@ def _namespaces_per_source(samples: DataFrame, topics: DataFrame) -> DataFrame:
     return joined.filter(F.col("namespace").isNotNull()).select(
         "source", "namespace",
         F.coalesce("t_topics", "n_topics", F.lit(0)).cast("long").alias("topics"),
+        F.coalesce("t_cluster", "n_cluster").alias("cluster"),
         *[F.when(has_topics, F.col(f"t_{n}")).otherwise(F.col(f"n_{n}")).alias(n)
           for n in _VALUE_COLUMNS],
     )
@@ -206,27 +219,22 @@ def _namespaces(per_source: DataFrame) -> DataFrame:
     )
 
 
-def _brokers(spark: SparkSession, samples: DataFrame, per_source: DataFrame,
-             sources: Iterable[str]) -> DataFrame:
+def _brokers(per_source: DataFrame, sources: Sequence[str]) -> pa.Table:
     totals = per_source.groupBy("source").agg(
-        F.sum("topics").alias("topics"),
+        F.max("cluster").alias("cluster"),
+        F.sum("topics").cast("long").alias("topics"),
         F.sum(F.coalesce("producers", F.lit(0.0)) + F.coalesce("consumers", F.lit(0.0)))
         .alias("sessions"),
-        *[F.sum(n).alias(n) for n in ("rate_in", "rate_out", "throughput_in", "throughput_out")],
+        *[F.sum(n).alias(n) for n in _BROKER_RATES],
     )
-    clusters = samples.groupBy("source").agg(F.max("cluster").alias("cluster"))
-    every = _strings(spark, ["source"], [(s,) for s in sources])
-    zero = F.lit(0.0)
-    return (
-        every.join(totals, "source", "left").join(clusters, "source", "left")
-        .select(
-            "source", "cluster",
-            F.coalesce("topics", F.lit(0)).cast("long").alias("topics"),
-            *[F.coalesce(n, zero).alias(n) for n in
-              ("sessions", "rate_in", "rate_out", "throughput_in", "throughput_out")],
-        )
-        .orderBy("source")
-    )
+    rows = {r["source"]: r for r in _to_table(totals, BROKERS).to_pylist()}
+    zero = {"cluster": None, "topics": 0, "sessions": 0.0, **dict.fromkeys(_BROKER_RATES, 0.0)}
+    filled = [
+        {k: (v if v is not None else zero.get(k)) for k, v in rows[s].items()}
+        if s in rows else {"source": s, **zero}
+        for s in sorted(sources)
+    ]
+    return pa.Table.from_pylist(filled, schema=BROKERS)
 
 
 def bindings(groups: Iterable[ResourceGroup]) -> tuple[dict[str, str], dict[str, str]]:
@@ -242,82 +250,61 @@ def bindings(groups: Iterable[ResourceGroup]) -> tuple[dict[str, str], dict[str,
     return namespaces, tenants
 
 
-def _resource_groups(spark: SparkSession, namespaces: DataFrame,
-                     groups: Sequence[ResourceGroup]) -> DataFrame:
-    if not groups:
-        return spark.range(0).select(*[
-            F.lit(None).cast({"string": "string", "double": "double", "int64": "long"}[
-                str(f.type)]).alias(f.name) for f in RESOURCE_GROUPS])
-    by_namespace, by_tenant = bindings(groups)
-    ns_df = _strings(spark, ["namespace", "ns_group"], sorted(by_namespace.items()))
-    tenant_df = _strings(spark, ["tenant", "tenant_group"], sorted(by_tenant.items()))
-    bound = (
-        namespaces.withColumn("tenant", F.substring_index("namespace", "/", 1))
-        .join(F.broadcast(ns_df), "namespace", "left")
-        .join(F.broadcast(tenant_df), "tenant", "left")
-        .withColumn("resource_group", F.coalesce("ns_group", "tenant_group"))
-        .filter(F.col("resource_group").isNotNull())
-    )
-    usage = bound.groupBy("resource_group").agg(
-        F.count(F.lit(1)).alias("namespaces"),
-        F.sum("topics").alias("topics"),
-        *[F.sum(n).alias(n) for n in
-          ("msg_in_total", "bytes_in_total", "msg_out_total", "bytes_out_total")],
-    )
-    every = _strings(spark, ["resource_group"], [(g.name,) for g in groups])
-    usage = every.join(usage, "resource_group", "left")
-    zero = F.lit(0.0)
+def _lookup(mapping: Mapping[str, str], key: Column) -> Column:
+    if not mapping:
+        return F.lit(None).cast("string")
+    literal = F.create_map(*[F.lit(x) for kv in sorted(mapping.items()) for x in kv])
+    return F.try_element_at(literal, key)
 
-    def per_class(cls: MonitoringClass, messages: str, byte_count: str) -> DataFrame:
-        return usage.select(
+
+def _resource_groups(namespaces: DataFrame, groups: Sequence[ResourceGroup]) -> pa.Table:
+    """Usage per group × class. The bindings are literal maps in the plan (no join)."""
+    usage: dict[str, dict] = {}
+    if groups:
+        by_namespace, by_tenant = bindings(groups)
+        tenant = F.substring_index("namespace", "/", 1)
+        bound = namespaces.withColumn(
             "resource_group",
-            F.lit(cls.value).alias("monitoring_class"),
-            F.coalesce(messages, zero).alias("messages_total"),
-            F.coalesce(byte_count, zero).alias("bytes_total"),
-            F.coalesce("namespaces", F.lit(0)).cast("long").alias("namespaces"),
-            F.coalesce("topics", F.lit(0)).cast("long").alias("topics"),
+            F.coalesce(_lookup(by_namespace, F.col("namespace")), _lookup(by_tenant, tenant)),
+        ).filter(F.col("resource_group").isNotNull())
+        totals = bound.groupBy("resource_group").agg(
+            F.count(F.lit(1)).alias("namespaces"),
+            F.sum("topics").alias("topics"),
+            *[F.sum(n).alias(n) for n in _COUNTERS],
         )
-
-    return (
-        per_class(MonitoringClass.PUBLISH, "msg_in_total", "bytes_in_total")
-        .unionByName(per_class(MonitoringClass.DISPATCH, "msg_out_total", "bytes_out_total"))
-        .orderBy("resource_group", "monitoring_class")
-    )
+        usage = {r["resource_group"]: r for r in totals.toArrow().to_pylist()}
+    return _group_rows(groups, usage)
 
 
-def _malformed(spark: SparkSession, samples: DataFrame, sources: Iterable[str]) -> DataFrame:
-    counts = samples.filter(F.col("reason").isNotNull()).groupBy("source", "reason").agg(
-        F.count(F.lit(1)).alias("n"))
-    grid = _strings(spark, ["source", "reason"],
-                    [(s, r.value) for s in sources for r in MalformedReason])
-    return (
-        grid.join(counts, ["source", "reason"], "left")
-        .select("source", "reason", F.coalesce("n", F.lit(0)).cast("long").alias("lines"))
-        .orderBy("source", "reason")
-    )
+def _group_rows(groups: Sequence[ResourceGroup], usage: Mapping[str, Mapping]) -> pa.Table:
+    """Both classes of every configured group; zeros for a group nothing bound was seen."""
+    rows = []
+    for group in groups:
+        seen = usage.get(group.name, {})
+        for cls, messages, byte_count in _CLASS_COUNTERS:
+            rows.append({
+                "resource_group": group.name,
+                "monitoring_class": cls.value,
+                "messages_total": seen.get(messages) or 0.0,
+                "bytes_total": seen.get(byte_count) or 0.0,
+                "namespaces": seen.get("namespaces") or 0,
+                "topics": seen.get("topics") or 0,
+            })
+    return pa.Table.from_pylist(rows, schema=RESOURCE_GROUPS)
 
 
-def _strings(spark: SparkSession, columns: Sequence[str],
-             rows: Sequence[tuple[str, ...]]) -> DataFrame:
-    """A small table of string literals, built in the JVM (createDataFrame from Python
-    rows would start Python workers, seconds on a busy machine)."""
-    if not rows:
-        return spark.range(0).select(*[F.lit(None).cast("string").alias(c) for c in columns])
-    structs = [F.struct(*[F.lit(v).alias(c) for c, v in zip(columns, row, strict=True)])
-               for row in rows]
-    return spark.range(1).select(F.inline(F.array(*structs)))
+def _malformed(samples: DataFrame, sources: Sequence[str]) -> pa.Table:
+    counts = (samples.filter(F.col("reason").isNotNull())
+              .groupBy("source", "reason").agg(F.count(F.lit(1)).alias("lines")))
+    seen = {(r["source"], r["reason"]): r["lines"] for r in counts.toArrow().to_pylist()}
+    rows = [
+        {"source": s, "reason": r.value, "lines": seen.get((s, r.value), 0)}
+        for s in sorted(sources) for r in sorted(MalformedReason, key=lambda r: r.value)
+    ]
+    return pa.Table.from_pylist(rows, schema=MALFORMED)
 
 
 def _without_data(unreadable: tuple[str, ...], groups: Sequence[ResourceGroup]) -> Aggregates:
-    """Nothing readable: every configured group at zero usage, every table else empty."""
-    rows = [
-        {"resource_group": g.name, "monitoring_class": c.value, "messages_total": 0.0,
-         "bytes_total": 0.0, "namespaces": 0, "topics": 0}
-        for g in groups for c in (MonitoringClass.DISPATCH, MonitoringClass.PUBLISH)
-    ]
+    """Nothing readable: every configured group at zero usage, every other table empty."""
     empty = Aggregates.empty(unreadable)
-    return Aggregates(
-        subscriptions=empty.subscriptions, topics=empty.topics, namespaces=empty.namespaces,
-        resource_groups=pa.Table.from_pylist(rows, schema=RESOURCE_GROUPS),
-        brokers=empty.brokers, malformed=empty.malformed, unreadable=unreadable,
-    )
+    return dataclasses.replace(empty, resource_groups=_group_rows(groups, {}))

@@ -1,9 +1,10 @@
 """Broker bodies → samples, inside the Spark plan (JVM string functions, no Python UDFs).
 
-Parsing is the exporter's hot path (DESIGN.md, "Performance design"): a 10k-topic body is
-~140k samples, beyond what a Python parser does in a check interval at fleet scale. So the
-raw text becomes a DataFrame of lines, one scan (one task) per body, and every step below
-is a Catalyst expression.
+Parsing is the exporter's hot path (DESIGN.md, "Performance design"): at fleet scale no
+single process parses every body within a check interval. So the raw text becomes a
+DataFrame of lines, one scan (one task) per body, every step below a Catalyst expression,
+and the parse spreads over the cores and executors Spark has. Per core it is no faster
+than a Python regex loop (tests/bench/parse_throughput.py): its gain is distribution.
 
 What the parse does not care about, because real bodies have it: several expositions
 concatenated (a TYPE line twice, a family split apart, samples with no TYPE line), HELP and
@@ -13,7 +14,9 @@ integers without a decimal point, millisecond timestamps.
 
 A line that is not `name[{labels}] value [timestamp]` is skipped and counted, never fatal
 (`MalformedReason`); so is a kept sample that names a label twice, or whose short topic
-name has no namespace to complete it.
+name has no namespace to complete it. Label values holding the control characters
+U+0000–U+0003 (the parse's own separators) count as syntax errors. Values are Prometheus
+floats in decimal (Go's hexadecimal floats are not accepted).
 """
 
 from __future__ import annotations
@@ -72,21 +75,23 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 _QUOTED = r'"(?:[^"\\]++|\\.)*+"'  # escapes: \\ \" \n (any escaped char accepted)
 _PAIR = rf"{_LABEL_NAME}[ \t]*=[ \t]*{_QUOTED}"
-_LABEL_SET = rf"\{{[ \t]*(?:{_PAIR}(?:[ \t]*,[ \t]*{_PAIR})*+[ \t]*,?[ \t]*)?\}}"
 _VALUE = (
     r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf(?:inity)?))"
     r"|(?i:nan)"
 )
 _TIMESTAMP = r"-?[0-9]+"
+_LABEL_PAIRS = rf"[ \t]*(?:{_PAIR}(?:[ \t]*,[ \t]*{_PAIR})*+[ \t]*,?[ \t]*)?"
+# A whole sample line; groups: name, label set (inside the braces), value, timestamp.
 SAMPLE_LINE = (
-    rf"^[ \t]*{_NAME}(?:[ \t]*{_LABEL_SET}[ \t]*|[ \t]+)(?:{_VALUE})"
-    rf"(?:[ \t]+{_TIMESTAMP})?[ \t]*$"
+    rf"^[ \t]*({_NAME})(?:[ \t]*\{{({_LABEL_PAIRS})\}}[ \t]*|[ \t]+)({_VALUE})"
+    rf"(?:[ \t]+({_TIMESTAMP}))?[ \t]*$"
 )
+_FIELD = "\u0003"
+_FIELDS_OUT = f"$1{_FIELD}$2{_FIELD}$3{_FIELD}$4"
 _SKIPPED_LINE = r"^[ \t]*(?:#.*)?$"  # comments (HELP, TYPE, other) and blank lines
-_LEADING_NAME = r"^[ \t]*([^ \t{]+)"
 _PAIR_GROUPS = rf'[ \t]*({_LABEL_NAME})[ \t]*=[ \t]*"((?:[^"\\]++|\\.)*+)"[ \t]*,?[ \t]*'
 _KV, _END = "\u0001", "\u0002"  # separators of the normalised label set
-_SENTINELS = "[\u0001\u0002]"
+_SEPARATORS = r"[\x00-\x03]"  # the parse's own separators and placeholder
 _PARTITION_SUFFIX = r"-partition-[0-9]+$"
 
 
@@ -97,8 +102,12 @@ def read_bodies(spark: SparkSession, bodies: Sequence[BrokerBody]) -> DataFrame:
     if not bodies:
         raise ValueError("read_bodies: no bodies")
     scans = [
-        spark.read.text(os.path.abspath(b.path)).select(
-            F.lit(b.source).alias("source"), F.col("value").alias("line"))
+        # Lines end at "\n" only: the text format allows a raw "\r" inside a label value,
+        # which Spark's default reader would take for a line break. A "\r\n" ending
+        # leaves a trailing "\r", stripped here (it cannot end a sample otherwise).
+        spark.read.option("lineSep", "\n").text(os.path.abspath(b.path)).select(
+            F.lit(b.source).alias("source"),
+            F.regexp_replace("value", "\r$", "").alias("line"))
         for b in bodies
     ]
     return reduce(DataFrame.unionAll, scans)
@@ -114,9 +123,17 @@ def _unescape(c: Column) -> Column:
     return F.when(F.instr(c, "\\") > 0, done).otherwise(c)
 
 
-def _token(tokens: Column, index: int) -> Column:
-    """The `index`-th (1-based) token, null past the end (a truncated line)."""
-    return F.try_element_at(tokens, F.lit(index))
+def _once(expensive: Column) -> Column:
+    """`expensive`, computed once per row. Catalyst pushes a later filter below the
+    projection that defines a column, inlining its definition, so a regex column read by
+    a filter would run again there (measured: twice the CPU of the whole parse). A
+    nondeterministic guard (always true) keeps the projection where it is."""
+    return F.when(F.spark_partition_id() >= 0, expensive)
+
+
+def _field(index: int) -> Column:
+    """The `index`-th (1-based) field of a cut sample line."""
+    return F.try_element_at(F.col("fields"), F.lit(index))
 
 
 def _label(labels: Column, key: str) -> Column:
@@ -158,48 +175,47 @@ def parse_lines(lines: DataFrame, families: Iterable[str] = FAMILIES) -> DataFra
     replication samples (`remote_cluster` other than "local") are left out, not counted.
     """
     wanted = sorted(set(families))
-    data = lines.filter(~F.col("line").rlike(_SKIPPED_LINE))
+    line = F.col("line")
+    # Comments and blank lines: a cheap test first, the regex only for indented lines.
+    skipped = (
+        F.when(line.startswith(" ") | line.startswith("\t"), line.rlike(_SKIPPED_LINE))
+        .otherwise(line.startswith("#") | (line == ""))
+    )
+    # One regex pass both validates a line and cuts it into name, label set, value and
+    # timestamp (joined by a separator the split undoes). A line that does not match is
+    # left as it was, without the separator.
+    fields = F.split(F.regexp_replace(line, SAMPLE_LINE, _FIELDS_OUT), _FIELD, -1)
+    data = lines.filter(~skipped).select(
+        "source",
+        _once(fields).alias("fields"),
+        (F.instr(line, _FIELD) == 0).alias("clean"),
+    )
+    ok = (F.size("fields") == 4) & F.col("clean")
     data = data.select(
         "source",
-        "line",
-        F.regexp_extract("line", _LEADING_NAME, 1).alias("name"),
-        F.col("line").rlike(SAMPLE_LINE).alias("ok"),
+        ok.alias("ok"),
+        F.when(ok, _field(1)).alias("name"),
+        F.when(ok, _field(2)).alias("label_text"),
+        F.when(ok, _field(3)).alias("value_text"),
+        F.when(ok, F.nullif(_field(4), F.lit(""))).alias("timestamp_text"),
     )
     data = data.filter(~F.col("ok") | F.col("name").isin(wanted))
-
-    line = F.col("line")
-    data = data.select(
-        "source", "name", "ok", line,
-        F.substring_index(line, "}", -1).alias("tail"),  # after the labels; all if none
-        F.instr(line, "{").alias("open_at"),
-    )
-    tail, open_at = F.col("tail"), F.col("open_at")
-    has_labels = open_at > 0
-    data = data.select(
-        "source", "name", "ok", has_labels.alias("has_labels"),
-        F.when(has_labels, line.substr(open_at + 1, F.length(line) - F.length(tail) - open_at - 1))
-        .alias("label_text"),
-        F.split(F.btrim(tail, F.lit(" \t")), r"[ \t]+").alias("tokens"),
-    )
-    has_labels, label_text, tokens = F.col("has_labels"), F.col("label_text"), F.col("tokens")
     # Each `name="value"` pair becomes name<KV>value<END>, then one str_to_map: a single
-    # regex pass (regexp_extract_all is ten times slower here). A value holding one of the
-    # two control characters cannot be told apart: such a line counts as malformed.
+    # regex pass (regexp_extract_all is ten times slower here). A value holding one of
+    # the separators cannot be told apart: such a line counts as malformed.
+    label_text = F.col("label_text")
     data = data.select(
-        "source", "name", "has_labels",
-        (F.col("ok") & ~label_text.rlike(_SENTINELS)).alias("ok"),
-        F.regexp_replace(label_text, _PAIR_GROUPS, f"$1{_KV}$2{_END}").alias("pairs"),
-        F.when(has_labels, _token(tokens, 1)).otherwise(_token(tokens, 2)).alias("value_text"),
-        F.when(has_labels, _token(tokens, 2)).otherwise(_token(tokens, 3)).alias("timestamp_text"),
+        "source", "name", "value_text", "timestamp_text",
+        (F.col("ok") & ~label_text.rlike(_SEPARATORS)).alias("ok"),
+        _once(F.regexp_replace(label_text, _PAIR_GROUPS, f"$1{_KV}$2{_END}")).alias("pairs"),
     )
     pairs = F.col("pairs")
     data = data.select(
         "source", "name", "ok", "value_text", "timestamp_text",
-        F.when(F.col("ok") & has_labels, F.str_to_map(pairs, F.lit(_END), F.lit(_KV)))
-        .alias("labels"),
+        F.when(F.col("ok"), F.str_to_map(pairs, F.lit(_END), F.lit(_KV))).alias("labels"),
         (F.length(pairs) - F.length(F.replace(pairs, F.lit(_END), F.lit("")))).alias("n_pairs"),
     )
-    # The map has one entry per distinct name plus "" (after the last <END>).
+    # The map has one entry per distinct name, plus "" after the last <END>.
     duplicate = F.col("ok") & (F.size("labels") - 1 != F.col("n_pairs"))
     data = data.select(
         "source", "name", "ok", "value_text", "timestamp_text",

@@ -3,7 +3,8 @@
 Defaults suit an exporter sidecar: a loopback-bound driver for local masters (without it
 the block manager advertises a non-loopback address and shuffles fail on this kind of
 machine, notes/pulsar-lite.md), no UI, few shuffle partitions, Arrow on, quiet logs.
-`Spark.conf` from the config is applied last, so an operator can override any of them.
+`Spark.conf` from the config is applied after them, so an operator can override any of
+them (a cluster master, driver memory, ...), all but what the parse requires (`REQUIRED`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import atexit
 import os
 import re
 import threading
-from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
@@ -66,13 +66,9 @@ def session_conf(cfg: Spark) -> dict[str, str]:
         # when everything runs in this process.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
-    conf.update({str(k): str(v) for k, v in _items(cfg.conf)})
+    conf.update({str(k): str(v) for k, v in sorted(cfg.conf.items())})
     conf.update(REQUIRED)
     return conf
-
-
-def _items(conf: Mapping[str, str]) -> list[tuple[str, str]]:
-    return sorted(conf.items())
 
 
 def get_session(cfg: Spark) -> SparkSession:

@@ -51,6 +51,9 @@ class BodySpec:
     tenant: str = "bench"
     broker: int = 0
     cluster: str = "bench"
+    # Real bodies repeat a TYPE line where expositions are concatenated; Prometheus' own
+    # strict parser (promtool) stops there, so a benchmark comparing with it turns it off.
+    concatenated: bool = True
 
     def namespace(self, i: int) -> str:
         return f"{self.tenant}/ns-{i % self.namespaces}"
@@ -100,7 +103,7 @@ def _fmt(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-def _header(cluster: str) -> Iterator[str]:
+def _header(cluster: str, concatenated: bool) -> Iterator[str]:
     c = f'cluster="{cluster}"'
     yield "# TYPE jvm_memory_bytes_used gauge\n"
     for area, v in (("heap", "5.36870912E8"), ("nonheap", "1.2345678E8")):
@@ -127,8 +130,9 @@ def _header(cluster: str) -> Iterator[str]:
     yield (f'pulsar_managedLedger_client_bookkeeper_ml_scheduler_task_queued{{{c}, '
            f'success="false", quantile="1.0"}} -Infinity\n')
     yield "# TYPE pulsar_resource_group_namespace_registers counter\n"  # no samples
-    yield "# TYPE pulsar_topics_count gauge\n"
-    yield f"pulsar_topics_count{{{c}}} 0\n"
+    if concatenated:  # the broker-wide default; the per-namespace counts come later
+        yield "# TYPE pulsar_topics_count gauge\n"
+        yield f"pulsar_topics_count{{{c}}} 0\n"
 
 
 def _topic_blocks(spec: BodySpec) -> Iterator[str]:
@@ -149,7 +153,8 @@ def _topic_blocks(spec: BodySpec) -> Iterator[str]:
                           f'subscription="sub-{s}"}} {_fmt(subscription_value(family, i, s))}\n')
         yield out.getvalue()
     # The namespace topic counts, a second TYPE line for the family (concatenated output).
-    yield "# TYPE pulsar_topics_count gauge\n"
+    if spec.concatenated:
+        yield "# TYPE pulsar_topics_count gauge\n"
     for n in range(min(spec.namespaces, spec.topics)):
         count = len(range(n, spec.topics, spec.namespaces))
         yield f'pulsar_topics_count{{{c},namespace="{spec.tenant}/ns-{n}"}} {count}\n'
@@ -162,7 +167,7 @@ def _function_worker(cluster: str) -> Iterator[str]:
 
 
 def chunks(spec: BodySpec) -> Iterator[str]:
-    yield from _header(spec.cluster)
+    yield from _header(spec.cluster, spec.concatenated)
     yield from _topic_blocks(spec)
     yield from _function_worker(spec.cluster)
 
