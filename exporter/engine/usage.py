@@ -205,6 +205,23 @@ class UsageMap:
             )
         return result
 
+    def groups(self) -> tuple[tuple[str, MonitoringClass], ...]:
+        return tuple(sorted(self._groups))
+
+    def participants(self) -> set[str]:
+        return {p for members in self._groups.values() for p in members}
+
+    def forget(self, participant: str) -> int:
+        """Drop every entry of `participant` (its goodbye covers all groups); how many."""
+        dropped = 0
+        for group in list(self._groups):
+            members = self._groups[group]
+            if members.pop(participant, None) is not None:
+                dropped += 1
+                if not members:
+                    del self._groups[group]
+        return dropped
+
     def expire(self, now: float) -> tuple[Expired, ...]:
         """Remove every stale entry; say which, for the "stale peers dropped" counter."""
         gone: list[Expired] = []
