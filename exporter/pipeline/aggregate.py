@@ -9,7 +9,10 @@ body is read and parsed exactly once per cycle. Rules (schemas and units: model.
   contributes its own namespace-level series instead (Apache Pulsar prints one or the
   other, NamespaceStatsAggregator.generate); brokers are then summed;
 - resource-group usage sums the namespaces bound to each group, a namespace binding
-  beating its tenant's (PIP-82); publish = in counters, dispatch = out counters.
+  beating its tenant's (PIP-82); publish = in counters, dispatch = out counters;
+- a topic belongs to the namespace bundle holding its hash, Apache Pulsar's rule
+  (`topic_hash`, `in_range`); the bundle table and the broker table (with the broker's
+  `pulsar_lb_*` usage) come out of one Spark job, the one the broker table needed anyway.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -26,6 +31,8 @@ from pyspark.sql import functions as F
 from exporter.config import MonitoringClass, ResourceGroup
 from exporter.pipeline.model import (
     BROKERS,
+    BUNDLES,
+    FULL_BUNDLE,
     MALFORMED,
     NAMESPACES,
     RESOURCE_GROUPS,
@@ -36,12 +43,13 @@ from exporter.pipeline.model import (
     MalformedReason,
 )
 from exporter.pipeline.parse import (
+    BROKER_FAMILIES,
     NAMESPACE_FAMILIES,
     SUBSCRIPTION_FAMILIES,
     TOPIC_FAMILIES,
     parse,
 )
-from exporter.sources.model import BrokerBody
+from exporter.sources.model import BrokerBody, BundleOwnership
 
 # Apache Pulsar reports the subscription timestamps in epoch milliseconds, pulsar-lite in
 # seconds; 1e11 s is the year 5138, 1e11 ms is 1973: above it, a value is milliseconds.
@@ -66,15 +74,24 @@ _CLASS_COUNTERS = (
     (MonitoringClass.PUBLISH, "msg_in_total", "bytes_in_total"),
 )
 _VALUE_COLUMNS = [f.name for f in TOPICS if f.name not in ("topic", "namespace", "source")]
+_BUNDLE_VALUES = ("producers", "consumers", "rate_in", "rate_out", "throughput_in",
+                  "throughput_out")
+_USAGE_COLUMNS = tuple(BROKER_FAMILIES.values())
+# Pulsar's LAST_BOUNDARY: the bundle ending there includes it (NamespaceBundles).
+_LAST_BOUNDARY = 0xFFFFFFFF
+_RANGE = re.compile(r"0x([0-9a-fA-F]{1,8})_0x([0-9a-fA-F]{1,8})")
 
 
 def aggregate(
     spark: SparkSession,
     bodies: Sequence[BrokerBody],
     resource_groups: Mapping[str, ResourceGroup],
+    bundles: Iterable[BundleOwnership] = (),
 ) -> Aggregates:
     """Parse `bodies` and build every table of one cycle. A body whose spool file is gone
-    is left out and named in `Aggregates.unreadable`, never fatal."""
+    is left out and named in `Aggregates.unreadable`, never fatal. `bundles` (the admin
+    snapshot's, owners unused here) give the namespaces' bundle boundaries; without them
+    every namespace is one bundle (`FULL_BUNDLE`)."""
     readable = [b for b in bodies if os.path.isfile(b.path)]
     unreadable = tuple(b.source for b in bodies if not os.path.isfile(b.path))
     groups = sorted(resource_groups.values(), key=lambda g: g.name)
@@ -99,14 +116,17 @@ def aggregate(
                                    "left_semi")
         per_source = hold(_namespaces_per_source(good, topics))
         namespaces = _namespaces(per_source)
+        shares = _bundle_shares(spark, topics, per_source, bundle_ranges(bundles))
+        brokers, bundle_table = _load_tables(shares, _broker_usage(good), sources)
         return Aggregates(
             topics=_to_table(topics, TOPICS),
             subscriptions=_to_table(owned, SUBSCRIPTIONS),
             namespaces=_to_table(namespaces.orderBy("namespace"), NAMESPACES),
             resource_groups=_resource_groups(namespaces, groups),
-            brokers=_brokers(per_source, sources),
+            brokers=brokers,
             malformed=_malformed(samples, sources),
             unreadable=unreadable,
+            bundles=bundle_table,
         )
     finally:
         for df in held:
@@ -207,6 +227,7 @@ def _namespaces_per_source(samples: DataFrame, topics: DataFrame) -> DataFrame:
         "source", "namespace",
         F.coalesce("t_topics", "n_topics", F.lit(0)).cast("long").alias("topics"),
         F.coalesce("t_cluster", "n_cluster").alias("cluster"),
+        has_topics.alias("topic_level"),  # False: the broker's namespace-level series
         *[F.when(has_topics, F.col(f"t_{n}")).otherwise(F.col(f"n_{n}")).alias(n)
           for n in _VALUE_COLUMNS],
     )
@@ -219,22 +240,119 @@ def _namespaces(per_source: DataFrame) -> DataFrame:
     )
 
 
-def _brokers(per_source: DataFrame, sources: Sequence[str]) -> pa.Table:
-    totals = per_source.groupBy("source").agg(
+# --- bundles and brokers (load verdicts) ---------------------------------------------------
+def topic_hash(topic: Column) -> Column:
+    """Apache Pulsar's bundle key of a topic: the CRC-32 (java.util.zip.CRC32, which Guava's
+    `Hashing.crc32()` wraps) of the UTF-8 bytes of the full topic name, unsigned 32-bit.
+    NamespaceService builds its NamespaceBundleFactory with `Hashing.crc32()`, and both
+    `NamespaceBundles.findBundle` and the 3.x `ConsistentHashingTopicBundleAssigner` hash
+    `TopicName.toString()`: `persistent://tenant/ns/topic`, with `-partition-N` for a
+    partition, so the partitions of one topic are placed independently."""
+    return F.crc32(F.encode(topic, "UTF-8"))
+
+
+def in_range(key: Column, lower: Column, upper: Column) -> Column:
+    """`key` in [lower, upper), closed at the top for the range ending at 0xffffffff: the
+    last bundle of a namespace includes LAST_BOUNDARY (NamespaceBundles, and
+    NamespaceBundleFactory.getBundle for a range string)."""
+    return (key >= lower) & ((key < upper) | ((upper == _LAST_BOUNDARY) & (key == upper)))
+
+
+def parse_range(text: str) -> tuple[int, int] | None:
+    """`0x00000000_0x40000000` → (lower, upper); None when it is not a non-empty range."""
+    match = _RANGE.fullmatch(text)
+    if match is None:
+        return None
+    lower, upper = int(match[1], 16), int(match[2], 16)
+    return (lower, upper) if lower < upper else None
+
+
+def bundle_ranges(bundles: Iterable[BundleOwnership]) -> dict[str, list[tuple[int, int, str]]]:
+    """namespace → its bundles as (lower, upper, range name), by lower bound. A namespace
+    whose ranges do not parse or overlap is left out (its topics fall in FULL_BUNDLE): a
+    topic must never land in two bundles. The names are kept as the admin REST spells them,
+    so they match `BundleOwnership.bundle`."""
+    listed: dict[str, list[tuple[int, int, str]]] = {}
+    broken: set[str] = set()
+    for b in bundles:
+        bounds = parse_range(b.bundle)
+        if bounds is None:
+            broken.add(b.namespace)
+        else:
+            listed.setdefault(b.namespace, []).append((*bounds, b.bundle))
+    out = {}
+    for namespace, ranges in sorted(listed.items()):
+        ranges = sorted(set(ranges))
+        disjoint = all(a[1] <= b[0] for a, b in pairwise(ranges))
+        if namespace not in broken and disjoint:
+            out[namespace] = ranges
+    return out
+
+
+def _bundle_shares(spark: SparkSession, topics: DataFrame, per_source: DataFrame,
+                   ranges: Mapping[str, Sequence[tuple[int, int, str]]]) -> DataFrame:
+    """(source, namespace, bundle): sums over the source's topics in the bundle, plus one
+    FULL_BUNDLE row per namespace a source reported only namespace-level series for (its
+    topics cannot be placed). The ranges are a broadcast table joined on namespace."""
+    if ranges:
+        table = spark.createDataFrame(
+            [(ns, lo, hi, name) for ns, rs in ranges.items() for lo, hi, name in rs],
+            "r_namespace string, r_lower long, r_upper long, r_bundle string")
+        placed = topics.withColumn("_hash", topic_hash(F.col("topic"))).join(
+            F.broadcast(table),
+            (F.col("namespace") == F.col("r_namespace"))
+            & in_range(F.col("_hash"), F.col("r_lower"), F.col("r_upper")),
+            "left",
+        ).withColumn("bundle", F.coalesce(F.col("r_bundle"), F.lit(FULL_BUNDLE)))
+    else:
+        placed = topics.withColumn("bundle", F.lit(FULL_BUNDLE))
+    from_topics = placed.filter(F.col("namespace").isNotNull()).groupBy(
+        "source", "namespace", "bundle").agg(
+        F.count(F.lit(1)).cast("long").alias("topics"),
         F.max("cluster").alias("cluster"),
-        F.sum("topics").cast("long").alias("topics"),
-        F.sum(F.coalesce("producers", F.lit(0.0)) + F.coalesce("consumers", F.lit(0.0)))
-        .alias("sessions"),
-        *[F.sum(n).alias(n) for n in _BROKER_RATES],
+        *[F.sum(n).alias(n) for n in _BUNDLE_VALUES],
     )
-    rows = {r["source"]: r for r in _to_table(totals, BROKERS).to_pylist()}
-    zero = {"cluster": None, "topics": 0, "sessions": 0.0, **dict.fromkeys(_BROKER_RATES, 0.0)}
-    filled = [
-        {k: (v if v is not None else zero.get(k)) for k, v in rows[s].items()}
-        if s in rows else {"source": s, **zero}
-        for s in sorted(sources)
-    ]
-    return pa.Table.from_pylist(filled, schema=BROKERS)
+    namespace_level = per_source.filter(~F.col("topic_level")).select(
+        "source", "namespace", F.lit(FULL_BUNDLE).alias("bundle"), "topics", "cluster",
+        *_BUNDLE_VALUES)
+    return from_topics.unionByName(namespace_level)
+
+
+def _broker_usage(samples: DataFrame) -> DataFrame:
+    """(source, cluster, *_percent) from the broker-wide `pulsar_lb_*_usage` gauges."""
+    usage = _pivot(samples, Level.BROKER, ["source"], BROKER_FAMILIES)
+    return usage.select("source", "cluster", *_USAGE_COLUMNS)
+
+
+def _load_tables(shares: DataFrame, usage: DataFrame, sources: Sequence[str],
+                 ) -> tuple[pa.Table, pa.Table]:
+    """(BROKERS, BUNDLES) from one job: the bundle shares and the usage rows (bundle null)
+    are collected as one union, and each broker's totals are summed from its shares."""
+    rows = shares.unionByName(usage, allowMissingColumns=True).toArrow().to_pylist()
+    zero = {"cluster": None, "topics": 0, "sessions": 0.0, **dict.fromkeys(_BROKER_RATES, 0.0),
+            **dict.fromkeys(_USAGE_COLUMNS)}
+    brokers = {s: {"source": s, **zero} for s in sources}
+    bundle_rows = []
+    for row in rows:
+        broker = brokers.get(row["source"])
+        if broker is None:
+            continue
+        if row["cluster"] is not None and (broker["cluster"] is None
+                                           or row["cluster"] > broker["cluster"]):
+            broker["cluster"] = row["cluster"]
+        if row["bundle"] is None:
+            broker.update({c: row[c] for c in _USAGE_COLUMNS})
+            continue
+        bundle_rows.append(row)
+        broker["topics"] += row["topics"]
+        broker["sessions"] += (row["producers"] or 0.0) + (row["consumers"] or 0.0)
+        for rate in _BROKER_RATES:
+            broker[rate] += row[rate] or 0.0
+    bundle_rows.sort(key=lambda r: (r["source"], r["namespace"], r["bundle"]))
+    return (
+        pa.Table.from_pylist([brokers[s] for s in sorted(sources)], schema=BROKERS),
+        pa.Table.from_pylist(bundle_rows, schema=BUNDLES),
+    )
 
 
 def bindings(groups: Iterable[ResourceGroup]) -> tuple[dict[str, str], dict[str, str]]:

@@ -12,11 +12,13 @@ Conventions, all tables:
 - Topic keys are full names (`persistent://tenant/ns/topic`, `-partition-N` for a
   partition); namespaces are `tenant/ns` (`tenant/cluster/ns` for v1 names).
 - `source` is the broker source URL (`BrokerBody.source`).
+- Bundles are named by their hash range (`0x00000000_0x40000000`, as the admin REST and
+  `BundleOwnership.bundle` name them), next to a `namespace` column.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import pyarrow as pa
@@ -36,6 +38,12 @@ class Level(StrEnum):
     SUBSCRIPTION = "subscription"  # has `subscription` (and `topic`)
     TOPIC = "topic"  # has `topic`, no `subscription`
     NAMESPACE = "namespace"  # has `namespace` only: a broker with topic-level metrics off
+    BROKER = "broker"  # none of those: broker-wide (kept only for parse.BROKER_FAMILIES)
+
+
+# Pulsar's default bundle: a namespace with no bundle boundaries known is one bundle over the
+# whole 32-bit hash range (NamespaceBundleFactory's FIRST_BOUNDARY_LAST_BOUNDARY).
+FULL_BUNDLE = "0x00000000_0xffffffff"
 
 
 _F = pa.float64()
@@ -112,7 +120,10 @@ RESOURCE_GROUPS = pa.schema([
 ])
 
 # Per broker source, over the topics it owns after de-duplication (for load verdicts).
-# Every body's source has a row, zeros when it reported nothing.
+# Every body's source has a row, zeros when it reported nothing. The *_percent columns are
+# Apache Pulsar's load-manager gauges as the broker reports them (`pulsar_lb_*_usage`:
+# percent of each limit, `ResourceUsage.percentUsage()`, may exceed 100); null when the body
+# has no such series (pulsar-lite never reports them).
 BROKERS = pa.schema([
     ("source", _S),
     ("cluster", _S),  # the `cluster` label it reports (pulsar-lite: always "pulsar-lite")
@@ -122,6 +133,30 @@ BROKERS = pa.schema([
     ("rate_out", _F),
     ("throughput_in", _F),
     ("throughput_out", _F),
+    ("cpu_percent", _F),  # pulsar_lb_cpu_usage
+    ("memory_percent", _F),  # pulsar_lb_memory_usage
+    ("direct_memory_percent", _F),  # pulsar_lb_directMemory_usage
+    ("bandwidth_in_percent", _F),  # pulsar_lb_bandwidth_in_usage
+    ("bandwidth_out_percent", _F),  # pulsar_lb_bandwidth_out_usage
+])
+
+# Per broker source × namespace bundle: the source's share of the bundle, over the topics it
+# owns after de-duplication (a bundle moving during the cycle has a row per source). A topic
+# is in the bundle whose range holds the CRC-32 of its full name, as Apache Pulsar assigns
+# it (aggregate.py); a namespace with no boundaries given, or a broker reporting only
+# namespace-level series for it, is one bundle, FULL_BUNDLE. Sources and bundles without
+# topics have no row. Values are sums over the topics, null when none reported the series.
+BUNDLES = pa.schema([
+    ("source", _S),
+    ("namespace", _S),
+    ("bundle", _S),  # hash range, "0x00000000_0x40000000"
+    ("topics", _I),
+    ("producers", _F),
+    ("consumers", _F),
+    ("rate_in", _F),  # msg/s
+    ("rate_out", _F),  # msg/s
+    ("throughput_in", _F),  # bytes/s
+    ("throughput_out", _F),  # bytes/s
 ])
 
 # Skipped lines per source × reason; every body's source has a row per reason.
@@ -144,6 +179,8 @@ class Aggregates:
     brokers: pa.Table
     malformed: pa.Table
     unreadable: tuple[str, ...] = ()
+    # Last and defaulted, so code building Aggregates without it keeps working.
+    bundles: pa.Table = field(default_factory=BUNDLES.empty_table)
 
     def __post_init__(self) -> None:
         for name, schema in SCHEMAS.items():
@@ -162,5 +199,6 @@ SCHEMAS: dict[str, pa.Schema] = {
     "namespaces": NAMESPACES,
     "resource_groups": RESOURCE_GROUPS,
     "brokers": BROKERS,
+    "bundles": BUNDLES,
     "malformed": MALFORMED,
 }

@@ -61,8 +61,20 @@ TOPIC_FAMILIES: dict[str, str] = {
 }
 # Apache Pulsar's namespace-level series (topic-level metrics off) use the topic names.
 NAMESPACE_FAMILIES: dict[str, str] = {**TOPIC_FAMILIES, "pulsar_topics_count": "topics"}
+# Broker-wide: Apache Pulsar's load-manager resource usage, percent of each limit
+# (`ResourceUsage.percentUsage()`), labelled {cluster, broker=<advertised host>,
+# metric="loadBalancing"}. pulsar-lite has none of them.
+BROKER_FAMILIES: dict[str, str] = {
+    "pulsar_lb_cpu_usage": "cpu_percent",
+    "pulsar_lb_memory_usage": "memory_percent",
+    "pulsar_lb_directMemory_usage": "direct_memory_percent",
+    "pulsar_lb_bandwidth_in_usage": "bandwidth_in_percent",
+    "pulsar_lb_bandwidth_out_usage": "bandwidth_out_percent",
+}
 
-FAMILIES: frozenset[str] = frozenset(SUBSCRIPTION_FAMILIES) | frozenset(NAMESPACE_FAMILIES)
+FAMILIES: frozenset[str] = (
+    frozenset(SUBSCRIPTION_FAMILIES) | frozenset(NAMESPACE_FAMILIES) | frozenset(BROKER_FAMILIES)
+)
 
 # Labels read from kept samples; the others are ignored.
 LABELS = (
@@ -170,8 +182,9 @@ def parse_lines(lines: DataFrame, families: Iterable[str] = FAMILIES) -> DataFra
     name, cluster, namespace, topic (full key, null at namespace level), subscription,
     value (double), timestamp_ms (long, null when absent).
 
-    Kept: samples of `families` that describe a topic, subscription or namespace;
-    broker-wide samples, per-consumer samples (`consumer_name`/`consumer_id`) and
+    Kept: samples of `families` that describe a topic, subscription or namespace, and
+    broker-wide samples (no topic, no namespace) of `BROKER_FAMILIES` at `Level.BROKER`;
+    other broker-wide samples, per-consumer samples (`consumer_name`/`consumer_id`) and
     replication samples (`remote_cluster` other than "local") are left out, not counted.
     """
     wanted = sorted(set(families))
@@ -243,6 +256,7 @@ def parse_lines(lines: DataFrame, families: Iterable[str] = FAMILIES) -> DataFra
                F.lit(Level.SUBSCRIPTION.value))
         .when(F.col("raw_topic").isNotNull(), F.lit(Level.TOPIC.value))
         .when(F.col("namespace_label").isNotNull(), F.lit(Level.NAMESPACE.value))
+        .when(F.col("name").isin(sorted(BROKER_FAMILIES)), F.lit(Level.BROKER.value))
     )
     reason = (
         F.when(~F.col("ok"), F.lit(MalformedReason.SYNTAX.value))

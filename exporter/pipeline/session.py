@@ -2,9 +2,14 @@
 
 Defaults suit an exporter sidecar: a loopback-bound driver for local masters (without it
 the block manager advertises a non-loopback address and shuffles fail on this kind of
-machine, notes/pulsar-lite.md), no UI, few shuffle partitions, Arrow on, quiet logs.
+machine, notes/pulsar-lite.md), this process's own Python for local Python workers (a venv's,
+not whatever `python3` is first on PATH), no UI, few shuffle partitions, Arrow on, quiet logs.
 `Spark.conf` from the config is applied after them, so an operator can override any of
 them (a cluster master, driver memory, ...), all but what the parse requires (`REQUIRED`).
+
+Starting the context must not take over the process: PySpark installs its own SIGINT handler
+(cancel jobs, raise KeyboardInterrupt) when started on the main thread, which would turn the
+exporter's clean Ctrl-C stop into a traceback; `get_session` puts the previous one back.
 """
 
 from __future__ import annotations
@@ -12,7 +17,11 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import signal
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -25,6 +34,8 @@ _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
 # Not overridable: the parse builds label maps that may name a label twice, and counts
 # such lines itself; Spark's default policy would fail the whole job instead.
 REQUIRED = {"spark.sql.mapKeyDedupPolicy": "LAST_WIN"}
+
+PYTHON_KEY = "spark.pyspark.python"
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -66,6 +77,10 @@ def session_conf(cfg: Spark) -> dict[str, str]:
         # when everything runs in this process.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+        # Python workers are forked on this machine: run them on this interpreter. (A
+        # cluster's executors have their own Python; this path means nothing there.)
+        conf[PYTHON_KEY] = sys.executable
+        conf["spark.pyspark.driver.python"] = sys.executable
     conf.update({str(k): str(v) for k, v in sorted(cfg.conf.items())})
     conf.update(REQUIRED)
     return conf
@@ -77,13 +92,34 @@ def get_session(cfg: Spark) -> SparkSession:
     global _session
     with _lock:
         if _session is None:
+            conf = session_conf(cfg)
             builder = SparkSession.builder
-            for key, value in session_conf(cfg).items():
+            for key, value in conf.items():
                 builder = builder.config(key, value)
-            _session = builder.getOrCreate()
+            if PYTHON_KEY in conf:
+                # PySpark started from Python takes the workers' Python from this variable
+                # only (SparkContext.pythonExec); the conf key alone is not read.
+                os.environ["PYSPARK_PYTHON"] = conf[PYTHON_KEY]
+            with keeping_sigint_handler():
+                _session = builder.getOrCreate()
             _session.sparkContext.setLogLevel(_session.conf.get("spark.log.level", "ERROR"))
             atexit.register(stop)
         return _session
+
+
+@contextmanager
+def keeping_sigint_handler() -> Iterator[None]:
+    """Whatever the block installs for SIGINT, the handler from before is back after it
+    (on the main thread, the only one that may set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: set outside Python, cannot be restored
+            signal.signal(signal.SIGINT, previous)
 
 
 def stop() -> None:

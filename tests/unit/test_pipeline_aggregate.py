@@ -1,6 +1,7 @@
-"""Per-entity Aggregates from broker bodies: the Apache Pulsar fixture's namespace values,
-pulsar-lite's derived topic values, a topic reported by two brokers, namespace-level
-fallback, resource-group binding precedence, and the totals of a synthetic body.
+"""Per-entity Aggregates from broker bodies: the Apache Pulsar fixture's namespace values
+and load-manager usage, pulsar-lite's derived topic values, a topic reported by two
+brokers, namespace-level fallback, resource-group binding precedence, topics placed in
+bundles by Pulsar's CRC-32 rule, and the totals of a synthetic body.
 
 Expected values are read off the bodies by hand, or come from the synthetic generator's
 own formulas (tests/bench/synthetic.py), never from the code under test.
@@ -13,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ResourceGroup, Spark
-from exporter.pipeline.aggregate import aggregate, bindings
-from exporter.pipeline.model import SCHEMAS, Aggregates, MalformedReason
+from exporter.config import LoadManager, ResourceGroup, Spark
+from exporter.engine.loadbalance import Resource, ShedOutcome
+from exporter.loadview import Judged, Unjudged, UsageGap, evaluate_load
+from exporter.pipeline.aggregate import aggregate, bindings, bundle_ranges, in_range, topic_hash
+from exporter.pipeline.model import FULL_BUNDLE, SCHEMAS, Aggregates, MalformedReason
 from exporter.pipeline.session import get_session
-from exporter.sources.model import BrokerBody
+from exporter.sources.model import BrokerBody, BundleOwnership
 from tests.bench.synthetic import BodySpec, expected_totals, write_body
 
 FIXTURE = Path("/work/shared/fixtures/apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt")
@@ -299,3 +302,155 @@ def test_synthetic_body_totals(spark, tmp_path):
     assert sum(r["msg_out_total"] for r in namespaces) == want["msg_out_total"]
     assert agg.topics.num_rows == 60 and agg.subscriptions.num_rows == 120
     assert sum(r["lines"] for r in agg.malformed.to_pylist()) == 0
+
+
+# --- load: broker usage gauges and bundles --------------------------------------------------
+
+def crc32_reference(data: bytes) -> int:
+    """Bitwise CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320, initial value and final
+    xor 0xFFFFFFFF), the CRC java.util.zip.CRC32 and Guava's Hashing.crc32() compute, which
+    Apache Pulsar hashes topic names with. Written out here so the expected bundles come
+    from the definition, not from the code under test."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0xEDB88320 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def test_crc32_reference_matches_the_catalogue_check_value():
+    # CRC-32/ISO-HDLC in the CRC catalogue: check = 0xCBF43926 for "123456789"
+    assert crc32_reference(b"123456789") == 0xCBF43926
+
+
+def test_apache_pulsar_fixture_broker_usage(single):
+    broker = _by(single.brokers, "source")["http://apache/metrics"]
+    # pulsar_lb_*_usage{cluster="test", broker="localhost", metric="loadBalancing"} lines
+    assert broker["cpu_percent"] == 4.397256e-5
+    assert broker["memory_percent"] == 85.546875
+    assert broker["direct_memory_percent"] == 1.953125
+    assert broker["bandwidth_in_percent"] == 0.0
+    assert broker["bandwidth_out_percent"] == 0.0
+
+
+def test_a_body_without_lb_gauges_has_null_usage(single, fleet):
+    rows = [_by(single.brokers, "source")["http://lite/metrics"],
+            *fleet.brokers.to_pylist()]
+    for row in rows:
+        for column in ("cpu_percent", "memory_percent", "direct_memory_percent",
+                       "bandwidth_in_percent", "bandwidth_out_percent"):
+            assert row[column] is None, (row["source"], column)
+
+
+def test_fixture_verdicts_end_to_end(single):
+    result = evaluate_load(single, None, LoadManager())
+    apache = result.broker("apache:80")
+    assert isinstance(apache, Judged)
+    # memory 85.546875 % is the highest usage, over the default 85 % threshold
+    assert apache.verdict.resource is Resource.MEMORY
+    assert apache.verdict.overloaded
+    assert apache.verdict.shed_fraction == pytest.approx((85.546875 - 85 + 5) / 100)
+    # its only bundle is prop/ns-abc1 as a whole: Pulsar never sheds a sole bundle
+    assert [b.name for b in apache.load.bundles] == ["prop/ns-abc1/0x00000000_0xffffffff"]
+    assert apache.verdict.outcome is ShedOutcome.SOLE_BUNDLE
+    lite = result.broker("lite:80")
+    assert isinstance(lite, Unjudged) and lite.gap is UsageGap.NOT_REPORTED
+
+
+def test_without_boundaries_a_namespace_is_one_bundle(single, fleet):
+    shares = {(r["source"], r["namespace"], r["bundle"]): r for r in fleet.bundles.to_pylist()}
+    full = FULL_BUNDLE
+    assert set(shares) == {
+        ("http://broker-a/metrics", "acme/critical", full),
+        ("http://broker-a/metrics", "acme/other", full),
+        ("http://broker-a/metrics", "beta/x", full),
+        ("http://broker-b/metrics", "acme/other", full),  # namespace-level series only
+    }
+    b_other = shares["http://broker-b/metrics", "acme/other", full]
+    assert b_other["topics"] == 2  # its pulsar_topics_count
+    assert (b_other["producers"], b_other["consumers"]) == (3, 4)
+    lite = _by(single.bundles, "source")["http://lite/metrics"]
+    assert (lite["namespace"], lite["bundle"], lite["topics"]) == ("public/default", full, 3)
+    assert lite["rate_in"] == 1.5 and lite["rate_out"] == 0.75
+
+
+# Eight topics of shop/orders (two of them partitions) on one broker, one of shop/misc.
+_ORDERS = [f"persistent://shop/orders/t{i}" for i in range(6)] + [
+    "persistent://shop/orders/p-partition-0", "persistent://shop/orders/p-partition-1"]
+_HASHES = {t: crc32_reference(t.encode("utf-8")) for t in _ORDERS}
+# The third-smallest hash is a boundary: a topic hashing exactly onto a boundary belongs to
+# the bundle starting there (ranges are [lower, upper)).
+_CUT = sorted(_HASHES.values())[2]
+_LOW, _HIGH = f"0x00000000_0x{_CUT:08x}", f"0x{_CUT:08x}_0xffffffff"
+
+
+def _bundled_body() -> str:
+    lines = []
+    for i, topic in enumerate(_ORDERS):
+        labels = f'cluster="prod",namespace="shop/orders",topic="{topic}"'
+        lines += [f"pulsar_in_messages_total{{{labels}}} {i}",
+                  f"pulsar_producers_count{{{labels}}} 1",
+                  f"pulsar_rate_in{{{labels}}} {10 * (i + 1)}"]
+    lines.append('pulsar_in_messages_total{cluster="prod",namespace="shop/misc",'
+                 'topic="persistent://shop/misc/x"} 1')
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def bundled(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bundled")
+    owners = [BundleOwnership("shop/orders", _LOW, "shop:8080"),
+              BundleOwnership("shop/orders", _HIGH, "shop:8080"),
+              BundleOwnership("shop/misc", "0x00000000_0x80000000", "shop:8080"),
+              BundleOwnership("shop/misc", "0x70000000_0xffffffff", "shop:8080")]  # overlap
+    path = tmp / "shop.txt"  # not _body(): Hadoop paths cannot hold the port's colon
+    path.write_text(_bundled_body(), encoding="utf-8")
+    body = BrokerBody("http://shop:8080/metrics", str(path), path.stat().st_size, 0.0)
+    return aggregate(spark, [body], {}, bundles=owners)
+
+
+def test_topics_land_in_the_bundle_holding_their_crc32(bundled):
+    shares = {(r["namespace"], r["bundle"]): r for r in bundled.bundles.to_pylist()}
+    low = [t for t in _ORDERS if _HASHES[t] < _CUT]
+    assert len(low) == 2  # the hashes are distinct, so exactly two are below the third
+    assert shares["shop/orders", _LOW]["topics"] == 2
+    assert shares["shop/orders", _HIGH]["topics"] == len(_ORDERS) - 2
+    rate = {t: 10 * (i + 1) for i, t in enumerate(_ORDERS)}
+    assert shares["shop/orders", _LOW]["rate_in"] == sum(rate[t] for t in low)
+    assert shares["shop/orders", _HIGH]["producers"] == len(_ORDERS) - 2
+    # shop/misc's listed ranges overlap: ignored, the namespace is one bundle
+    assert shares["shop/misc", FULL_BUNDLE]["topics"] == 1
+    assert len(shares) == 3
+    broker = _by(bundled.brokers, "source")["http://shop:8080/metrics"]
+    assert broker["topics"] == len(_ORDERS) + 1
+    assert broker["rate_in"] == sum(rate.values())
+
+
+def test_topic_hash_and_range_ends_in_spark(spark):
+    from pyspark.sql import functions as F
+
+    rows = spark.createDataFrame(
+        [("123456789", 0xFFFFFFFF, 0x80000000, 0xFFFFFFFF),
+         ("123456789", 0x80000000, 0x00000000, 0x80000000),
+         ("123456789", 0x80000000, 0x80000000, 0xFFFFFFFF),
+         ("123456789", 0xFFFFFFFE, 0x00000000, 0xFFFFFFFE)],
+        "name string, k long, lo long, hi long",
+    ).select(topic_hash(F.col("name")).alias("h"),
+             in_range(F.col("k"), F.col("lo"), F.col("hi")).alias("inside")).collect()
+    assert {r["h"] for r in rows} == {0xCBF43926}
+    # the range ending at 0xffffffff includes it; any other upper end is excluded
+    assert [r["inside"] for r in rows] == [True, False, True, False]
+
+
+def test_bundle_ranges_keep_only_consistent_listings():
+    listed = bundle_ranges([
+        BundleOwnership("a/x", "0x80000000_0xffffffff", None),
+        BundleOwnership("a/x", "0x00000000_0x80000000", "b:8080"),
+        BundleOwnership("a/overlap", "0x00000000_0x80000000", None),
+        BundleOwnership("a/overlap", "0x7fffffff_0xffffffff", None),
+        BundleOwnership("a/garbage", "0x00000000_0x80000000", None),
+        BundleOwnership("a/garbage", "lower_upper", None),
+    ])
+    assert listed == {"a/x": [(0, 0x80000000, "0x00000000_0x80000000"),
+                              (0x80000000, 0xFFFFFFFF, "0x80000000_0xffffffff")]}

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from exporter.config import Spark
 from exporter.pipeline.model import Level, MalformedReason
-from exporter.pipeline.parse import FAMILIES, parse
+from exporter.pipeline.parse import BROKER_FAMILIES, FAMILIES, parse
 from exporter.pipeline.session import get_session
 from exporter.sources.model import BrokerBody
 
@@ -158,7 +158,10 @@ def test_apache_pulsar_fixture_keeps_only_entity_samples_of_the_needed_families(
     # Broker-wide defaults (`pulsar_storage_size{cluster="test"} 0`) describe no entity.
     assert all(r["level"] is not None for r in samples)
     # pulsar_ml_* families carry namespace="prop/ns-abc1/persistent": not needed, not kept.
-    assert {r["namespace"] for r in samples} == {"prop/ns-abc1"}
+    entity = [r for r in samples if r["level"] != Level.BROKER.value]
+    assert {r["namespace"] for r in entity} == {"prop/ns-abc1"}
+    # the load manager's usage gauges are broker-wide (no namespace), and all five are kept
+    assert {r["name"] for r in samples if r["level"] == Level.BROKER.value} == set(BROKER_FAMILIES)
 
 
 def test_concatenated_expositions_and_label_quirks(rows):
