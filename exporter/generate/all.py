@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.generate import alerts, dashboards, readme, runbooks
+from exporter.generate import alerts, dashboards, helm, readme, runbooks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,6 +17,7 @@ def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
         root / "README.md": lambda text: runbooks.update(readme.update(text)),
         **dashboards.outputs(root),
         **alerts.outputs(root),
+        **helm.outputs(root),
     }
 
 

@@ -1,0 +1,98 @@
+{{/*
+Names and labels shared by every template.
+*/}}
+
+{{- define "pqe.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: RELEASE-CHART, or RELEASE alone when it already contains the chart name.
+Truncated to 63 characters (DNS label limit).
+*/}}
+{{- define "pqe.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "pqe.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Standard labels of every resource. */}}
+{{- define "pqe.labels" -}}
+helm.sh/chart: {{ include "pqe.chart" . }}
+{{ include "pqe.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | quote }}
+app.kubernetes.io/component: exporter
+app.kubernetes.io/part-of: pulsar
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Labels that identify the pods; immutable in a Deployment's selector, so kept minimal. */}}
+{{- define "pqe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pqe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "pqe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "pqe.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "pqe.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* The mapping at config.exposition, or an empty one. */}}
+{{- define "pqe.exposition" -}}
+{{- $config := .Values.config | default dict }}
+{{- toYaml ((index $config "exposition") | default dict) }}
+{{- end }}
+
+{{/* "HTTPS" when the exporter serves TLS (config.exposition.tls), else "HTTP". */}}
+{{- define "pqe.scheme" -}}
+{{- $exposition := include "pqe.exposition" . | fromYaml }}
+{{- if index $exposition "tls" }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
+{{/*
+The exporter's config file: .Values.config with exposition.listen set to 0.0.0.0:containerPort,
+the only address the Service and the probes can reach. A different listen set by the user
+fails the render rather than being silently replaced.
+*/}}
+{{- define "pqe.configFile" -}}
+{{- $config := deepCopy (.Values.config | default dict) }}
+{{- $exposition := deepCopy ((index $config "exposition") | default dict) }}
+{{- $listen := printf "0.0.0.0:%d" (int .Values.containerPort) }}
+{{- $given := index $exposition "listen" }}
+{{- if and $given (ne (toString $given) $listen) }}
+{{- fail (printf "config.exposition.listen is set by the chart to %s (from containerPort); remove it and set containerPort instead" $listen) }}
+{{- end }}
+{{- $_ := set $exposition "listen" $listen }}
+{{- $_ := set $config "exposition" $exposition }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/* Path of the admin token file named by the config, or "" when none. */}}
+{{- define "pqe.tokenFile" -}}
+{{- $config := .Values.config | default dict }}
+{{- $sources := (index $config "sources") | default dict }}
+{{- $admin := (index $sources "admin") | default dict }}
+{{- (index $admin "token_file") | default "" }}
+{{- end }}
