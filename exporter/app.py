@@ -27,8 +27,11 @@ from exporter.actions.evict import (
 )
 from exporter.config import Config, RetentionPolicy
 from exporter.decide import Decider, Decisions
+from exporter.engine.usage import Rejected as EntryRejected
+from exporter.exchange import UsageExchange, from_wire
 from exporter.exposition import render
 from exporter.publish import CycleFacts, Tallies, build
+from exporter.reload import ConfigFile, Rejected, Reloaded
 from exporter.server import PublishedState, build_server
 from exporter.sources.collector import SnapshotSource, SourceCollector
 from exporter.sources.model import Snapshot
@@ -60,7 +63,11 @@ def orders_for(decisions: Decisions) -> list[EvictionOrder]:
 class Exporter:
     def __init__(self, config: Config, *, spool_dir: str | None = None,
                  collector: SnapshotSource | None = None, evictor: Evictor | None = None,
-                 state: PublishedState | None = None, clock: Callable[[], float] = time.time):
+                 state: PublishedState | None = None, clock: Callable[[], float] = time.time,
+                 exchange: UsageExchange | None = None, config_file: ConfigFile | None = None,
+                 participate: bool = False):
+        """`participate`: join the usage exchange (the `run` command); a one-off check
+        does not, so it never shows up to peers as a participant."""
         self.config = config
         self._spool = spool_dir or tempfile.mkdtemp(prefix="pulsar-quota-exporter-")
         self.collector = collector or SourceCollector(config.sources, self._spool)
@@ -69,6 +76,11 @@ class Exporter:
         self.tallies = Tallies()
         self.decider = Decider(config)
         self._clock = clock
+        self.exchange = exchange
+        if exchange is None and participate:
+            self.exchange = _exchange_for(config, clock)
+        self._tally_lock = threading.Lock()  # the exchange thread counts too
+        self.config_file = config_file
         self._last_decisions: Decisions | None = None
         self._last_success: float | None = None
         self._logged_dry_run: set[tuple[str, str]] = set()
@@ -79,7 +91,8 @@ class Exporter:
         from exporter.pipeline.session import get_session
 
         spark = get_session(self.config.spark)
-        return aggregate(spark, snapshot.bodies, self.config.resource_groups)
+        bundles = snapshot.admin.bundles if snapshot.admin is not None else ()
+        return aggregate(spark, snapshot.bodies, self.config.resource_groups, bundles=bundles)
 
     def _act(self, decisions: Decisions) -> None:
         orders = orders_for(decisions)
@@ -121,9 +134,10 @@ class Exporter:
             try:
                 yield
             finally:
-                stages[name] = time.perf_counter() - t0
+                stages[name] = stages.get(name, 0.0) + time.perf_counter() - t0
 
         started = time.perf_counter()
+        self._reload()
         with stage("collect"):
             snapshot = self.collector.collect()
         now = self._clock()
@@ -145,9 +159,12 @@ class Exporter:
         self.tallies.check_duration = self.tallies.check_duration.observe(
             time.perf_counter() - started)
         with stage("publish"):
-            facts = CycleFacts(self.config.cluster, now, stages, self._last_success)
-            metrics = build(facts, decisions, snapshot.health, self.tallies,
-                            self.decider.participant)
+            with self._tally_lock:
+                if self.tallies.exchange_seconds is not None:
+                    stages["transport"] = self.tallies.exchange_seconds
+                facts = CycleFacts(self.config.cluster, now, stages, self._last_success)
+                metrics = build(facts, decisions, snapshot.health, self.tallies,
+                                self.decider.participant)
             body = render(metrics, topic_level=self.config.exposition.topic_level)
             status = view(self.config.cluster, now, decisions, snapshot.health, stages)
             degraded = tuple(f"source {h.source} down: {h.last_error_detail}"
@@ -159,29 +176,136 @@ class Exporter:
         self.tallies.cycles_skipped += ticks
 
     def close(self) -> None:
+        """Stop cleanly: a goodbye tells peers to drop our usage at once."""
+        if self.exchange is not None:
+            self.exchange.goodbye(self._clock())
+            self.exchange.close()
         self.collector.close()
+
+    # --- usage exchange and reload -------------------------------------------------------
+    def exchange_round(self) -> None:
+        """One usage-report round: take in what peers sent, drop the silent ones, publish
+        ours. Runs on its own timer (`report_interval`), so a slow check cycle (Spark on a
+        big fleet) delays neither our reports nor our reading of the others'."""
+        exchange = self.exchange
+        if exchange is None:
+            return
+        t0 = time.perf_counter()
+        now = self._clock()
+        inbound = exchange.receive(now)
+        received, malformed, goodbyes = 0, 0, []
+        for report in inbound.admitted:
+            if report.goodbye:
+                goodbyes.append(report.participant)
+                continue
+            received += 1
+            for entry in from_wire(report):
+                malformed += isinstance(self.decider.accept(entry, now), EntryRejected)
+        for peer in goodbyes:
+            if self.decider.forget(peer):
+                log.info("peer %s said goodbye", peer)
+            exchange.gate.forget(peer)
+        if inbound.spoofed:
+            self.decider.report_all_next()
+        round_, dropped = self.decider.round(now)
+        for peer in dropped:
+            log.warning("peer %s silent for %gs: dropped", peer,
+                        self.config.resource_group_engine.stale_after)
+            exchange.gate.forget(peer)
+        sent = bool(round_ and round_.reports and exchange.publish(round_.reports, now))
+        with self._tally_lock:
+            t = self.tallies
+            t.reports_rejected.update(inbound.rejected)
+            t.reports_rejected["malformed"] += malformed
+            t.reports_received += received
+            t.peers_dropped += len(dropped)
+            t.reports_suppressed += round_.suppressed if round_ else 0
+            t.reports_sent += sent
+            t.exchange_seconds = time.perf_counter() - t0
+
+    def start_exchange(self, stop: threading.Event) -> threading.Thread:
+        """Run `exchange_round` every report_interval until `stop` is set (a reload may
+        change the interval, or bring an exchange where there was none)."""
+
+        def loop() -> None:
+            while not stop.wait(self.config.resource_group_engine.report_interval):
+                try:
+                    self.exchange_round()
+                except Exception:
+                    log.exception("usage-report round failed")
+
+        thread = threading.Thread(target=loop, name="usage-exchange", daemon=True)
+        thread.start()
+        return thread
+
+    def _reload(self) -> None:
+        if self.config_file is None:
+            return
+        outcome = self.config_file.poll()
+        if isinstance(outcome, Rejected):
+            self.tallies.reloads["failure"] += 1
+        elif isinstance(outcome, Reloaded):
+            self.tallies.reloads["success"] += 1
+            self._apply(outcome.config)
+
+    def _apply(self, new: Config) -> None:
+        old, self.config = self.config, new
+        self.decider.reconfigure(new)
+        if new.sources != old.sources:
+            self.collector.close()
+            self.collector = SourceCollector(new.sources, self._spool)
+        if (new.sources, new.backlog_quotas.enforce) != (old.sources, old.backlog_quotas.enforce):
+            self.evictor = evictor_for(new)
+        engine_old, engine_new = old.resource_group_engine, new.resource_group_engine
+        if ((engine_new.topic, engine_new.report_interval, new.sources.service_url)
+                != (engine_old.topic, engine_old.report_interval, old.sources.service_url)):
+            if self.exchange is not None:
+                self.exchange.close()
+            self.exchange = _exchange_for(new, self._clock)
+
+
+def _exchange_for(config: Config, clock: Callable[[], float]) -> UsageExchange | None:
+    """The usage exchange, when there is something to exchange and a broker to carry it."""
+    if not config.resource_groups:
+        return None
+    if config.sources.service_url is None:
+        log.warning("no sources.service_url: resource-group quotas are computed from this "
+                    "instance's usage only")
+        return None
+    from exporter.transport.channel import UsageChannel
+
+    engine = config.resource_group_engine
+    channel = UsageChannel(config.sources.service_url, engine.topic, engine.participant)
+    return UsageExchange(config, channel, clock)
 
 
 def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
-        stop: threading.Event | None = None) -> int:
-    """Serve until SIGTERM/SIGINT (or `stop` is set). Returns the exit status."""
+        stop: threading.Event | None = None, config_file: ConfigFile | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (or `stop` is set); reload `config_file` on SIGHUP or
+    when it changes. Returns the exit status."""
     from exporter.scheduler import Scheduler
     from exporter.webconfig import load_web_config
 
-    exporter = Exporter(config)
+    exporter = Exporter(config, config_file=config_file, participate=True)
     server = build_server(config.exposition.listen, exporter.state,
                           load_web_config(config.exposition)).start()
     scheduler = Scheduler(config.check_interval, exporter.cycle, exporter.skipped)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: scheduler.stop())
+        if config_file is not None:
+            signal.signal(signal.SIGHUP, lambda *_: config_file.request())
     if stop is not None:
         threading.Thread(target=lambda: (stop.wait(), scheduler.stop()), daemon=True).start()
+    exchange_stop = threading.Event()
+    exchange = exporter.start_exchange(exchange_stop)
     log.info("serving on %s", server.url)
     ready(server.url)
     try:
         scheduler.run()
     finally:
+        exchange_stop.set()
+        exchange.join(timeout=10)
         server.shutdown()
         exporter.close()
         from exporter.pipeline.session import stop as stop_spark

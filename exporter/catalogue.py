@@ -223,7 +223,8 @@ CATALOGUE: tuple[Metric, ...] = (
        "Resource-group usage reports published by this instance.",
        ("cluster",), U.NONE, E),
     _m("pulsar_quota_exporter_usage_reports_suppressed_total", C,
-       "Usage reports not sent because usage drifted less than the suppression tolerance.",
+       "Usage-report entries (resource group x class) held back because usage drifted less "
+       "than the suppression tolerance.",
        ("cluster",), U.NONE, E),
     _m("pulsar_quota_exporter_usage_reports_received_total", C,
        "Usage reports accepted from peers.",

@@ -66,14 +66,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         import logging
 
         from exporter.app import run
+        from exporter.reload import ConfigFile
 
-        config = _load_or_exit(args.config)
-        if args.listen:
-            config = dataclasses.replace(
+        def adjust(config):
+            if not args.listen:
+                return config
+            return dataclasses.replace(
                 config, exposition=dataclasses.replace(config.exposition, listen=args.listen))
+
+        config = adjust(_load_or_exit(args.config))
         logging.basicConfig(level=args.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return run(config)
+        return run(config, config_file=ConfigFile(args.config, config, adjust))
     if args.command == "check":
         return _check(args)
     if args.command == "demo":

@@ -152,10 +152,13 @@ def resource_group_engine(r: Reader, value: object) -> ResourceGroupEngine:
         stale_after=r.get(m, "stale_after", path, cv.duration, d.stale_after),
         allocator=r.get(m, "allocator", path, cv.choice(Allocator, "allocator"), d.allocator),
     )
-    if engine.stale_after <= engine.report_interval:
+    # forced after max_suppressed_rounds, and read up to one round after it arrives
+    silent = engine.report_interval * (engine.max_suppressed_rounds + 1)
+    if engine.stale_after <= silent:
         r.error(
             f"{path}.stale_after",
-            f"must be longer than report_interval ({format_duration(engine.report_interval)}), "
+            f"must be longer than report_interval × (max_suppressed_rounds + 1) "
+            f"({format_duration(silent)}, the longest a live peer can seem silent), "
             f"found {format_duration(engine.stale_after)}: live peers would expire between reports",
         )
     return engine

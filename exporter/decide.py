@@ -8,13 +8,13 @@ resource-group usage counters, both keyed by entity and pruned of entities that 
 from __future__ import annotations
 
 import math
+import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from exporter.config import Config, MonitoringClass, ResourceGroup
+from exporter.config import Config, MonitoringClass
 from exporter.engine.agetable import AgeTables, Estimate, Method
-from exporter.engine.allocators import Observed, allocate
 from exporter.engine.backlog import (
     SubscriptionBacklog,
     TimeSource,
@@ -22,8 +22,10 @@ from exporter.engine.backlog import (
     TopicDecision,
     check,
 )
+from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
-from exporter.engine.usage import Increment, Usage, UsageCounter
+from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
+from exporter.loadview import LoadResult, evaluate_load
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot, TopicStats
 
@@ -37,9 +39,10 @@ class GroupResult:
     monitoring_class: MonitoringClass
     quota: Usage  # configured; -1 = unlimited
     usage: Usage | None  # this participant's rate
-    cluster_usage: Usage | None  # all participants' rates (only ours until peers report)
-    local_quota: Usage | None  # this participant's share; None where unlimited
-    throttle: ThrottleEstimate | None
+    cluster_usage: Usage | None  # all participants' last reported rates (ours: live until reported)
+    local_quota: Usage | None  # this participant's share (-1 per dimension: unlimited)
+    throttle: ThrottleEstimate | None  # for the cluster-wide rate against the quota
+    peers: Mapping[str, Usage] = field(default_factory=dict)  # each peer's last report
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class Decisions:
     topics: tuple[TopicDecision, ...]
     namespace_max_age: Mapping[str, float]
     groups: tuple[GroupResult, ...]
+    peer_ages: Mapping[str, float] = field(default_factory=dict)  # peer → seconds since report
+    participants: int = 1  # known, ourselves included
+    load: LoadResult | None = None  # load verdicts (seed 004)
 
 
 def _columns(table, names: tuple[str, ...]) -> list[list]:
@@ -67,9 +73,17 @@ class Decider:
         self.ages = AgeTables()
         self._counters = UsageCounter()
         self._last_at: float | None = None
+        self.peer = Participant(self.participant, config.resource_group_engine)
+        self._limits: dict[GroupKey, Usage | None] = {}
+        self._own: dict[GroupKey, Usage] = {}  # the last cycle's usage, for the next report
+        # The exchange reports and receives on its own timer, the check loop computes
+        # shares: both touch `peer`, `_own` and `_limits`, under this lock only.
+        self.lock = threading.Lock()
 
     def reconfigure(self, config: Config) -> None:
         self.config = config
+        with self.lock:
+            self.peer.reconfigure(config.resource_group_engine)
 
     # --- backlog --------------------------------------------------------------------------
     def _subscriptions(self, agg: Aggregates) -> dict[str, list[tuple[str, float]]]:
@@ -129,65 +143,95 @@ class Decider:
         return tuple(decisions), max_age
 
     # --- resource groups ------------------------------------------------------------------
-    def _groups(self, agg: Aggregates, now: float) -> tuple[GroupResult, ...]:
+    def accept(self, report: UsageReport, now: float) -> AcceptOutcome:
+        """A peer's usage entry, already through the transport's gate."""
+        with self.lock:
+            return self.peer.accept(report, now)
+
+    def forget(self, participant: str) -> bool:
+        """A peer's goodbye."""
+        with self.lock:
+            return self.peer.forget(participant)
+
+    def report_all_next(self) -> None:
+        with self.lock:
+            self.peer.report_all_next()
+
+    def _own_rates(self, agg: Aggregates, now: float) -> dict[GroupKey, Usage]:
+        """This participant's usage rate per configured RG × class, from counter diffs;
+        empty on the first cycle (it only sets the counters' baseline)."""
         elapsed = (now - self._last_at) if self._last_at is not None else None
-        rows = {}
+        totals = {}
         names, classes, msgs, byts = _columns(
             agg.resource_groups, ("resource_group", "monitoring_class", "messages_total",
                                   "bytes_total"))
         for name, cls, m, b in zip(names, classes, msgs, byts, strict=True):
-            rows[(name, MonitoringClass(cls))] = Usage(bytes=b or 0.0, messages=m or 0.0)
-        results = []
-        keys = []
+            totals[(name, MonitoringClass(cls))] = Usage(bytes=b or 0.0, messages=m or 0.0)
+        rates, keys = {}, []
         for group in self.config.resource_groups.values():
-            rates: dict[MonitoringClass, ObservedRates] = {}
-            per_class: dict[MonitoringClass, Usage | None] = {}
             for cls in MonitoringClass:
                 key = f"{group.name}\0{cls}"
-                keys.append(key)
-                total = rows.get((group.name, cls))
-                usage = None
+                total = totals.get((group.name, cls))
+                inc = Usage(0, 0)  # no topic of the group seen: no usage
                 if total is not None:
+                    keys.append(key)
                     outcome = self._counters.observe(key, total)
-                    if elapsed and elapsed > 0:
-                        inc = outcome.usage if isinstance(outcome, Increment) else Usage(0, 0)
-                        usage = Usage(inc.bytes / elapsed, inc.messages / elapsed)
-                per_class[cls] = usage
-                if usage is not None:
-                    rates[cls] = ObservedRates(usage.messages, usage.bytes)
+                    inc = outcome.usage if isinstance(outcome, Increment) else inc
+                if elapsed and elapsed > 0:
+                    rates[(group.name, cls)] = Usage(inc.bytes / elapsed, inc.messages / elapsed)
+        self._counters.retain(keys)
+        return rates
+
+    def round(self, now: float) -> tuple[Round | None, tuple[str, ...]]:
+        """One usage-report round (called by the exchange on its own timer): peers silent
+        past stale_after go, then this round's report from the last cycle's usage."""
+        with self.lock:
+            dropped = self.peer.expire(now)
+            round_ = self.peer.report(self._own, self._limits, now) if self._own else None
+        return round_, dropped
+
+    def _groups(self, agg: Aggregates, now: float) -> tuple[GroupResult, ...]:
+        own = self._own_rates(agg, now)
+        with self.lock:
+            self._own = own
+            return self._group_results(own, now)
+
+    def _group_results(self, own: Mapping[GroupKey, Usage], now: float,
+                       ) -> tuple[GroupResult, ...]:
+        results = []
+        for group in self.config.resource_groups.values():
+            per_class = {}
+            for cls in MonitoringClass:
+                key = (group.name, cls)
+                limit = group.limit(cls)
+                quota = Usage(bytes=limit.bytes_per_second, messages=limit.messages_per_second)
+                everyone = self.peer.usages(key, now)
+                if key in own:
+                    everyone.setdefault(self.participant, own[key])
+                cluster = (Usage(bytes=math.fsum(u.bytes for u in everyone.values()),
+                                 messages=math.fsum(u.messages for u in everyone.values()))
+                           if everyone else None)
+                local = self.peer.local_quota(key, quota, now) if key in own else None
+                if local is not None:
+                    self._limits[key] = local
+                peers = {p: u for p, u in everyone.items() if p != self.participant}
+                per_class[cls] = (quota, own.get(key), cluster, local, peers)
+            rates = {cls: ObservedRates(v[2].messages, v[2].bytes)
+                     for cls, v in per_class.items() if v[2] is not None}
             throttles = {t.monitoring_class: t for t in resource_group_throttle(
                 group, rates, self.config.check_interval)}
-            for cls in MonitoringClass:
-                results.append(self._group_result(group, cls, per_class[cls],
-                                                  throttles.get(cls)))
-        self._counters.retain(keys)
+            for cls, (quota, usage, cluster, local, peers) in per_class.items():
+                results.append(GroupResult(group.name, cls, quota, usage, cluster, local,
+                                           throttles.get(cls), peers))
+        self._limits = {k: v for k, v in self._limits.items() if k in own}
         return tuple(results)
-
-    def _group_result(self, group: ResourceGroup, cls: MonitoringClass, usage: Usage | None,
-                      throttle: ThrottleEstimate | None) -> GroupResult:
-        limit = group.limit(cls)
-        quota = Usage(bytes=limit.bytes_per_second, messages=limit.messages_per_second)
-        local = None
-        if usage is not None:
-            # Until peers report over the usage topic, this participant is the only one.
-            reports = {self.participant: usage}
-            local = Usage(
-                bytes=self._share(quota.bytes, {p: u.bytes for p, u in reports.items()}),
-                messages=self._share(quota.messages,
-                                     {p: u.messages for p, u in reports.items()}),
-            )
-        return GroupResult(group.name, cls, quota, usage, usage, local, throttle)
-
-    def _share(self, quota: float, usages: Mapping[str, float]) -> float:
-        if quota < 0:
-            return -1.0
-        shares = allocate(self.config.resource_group_engine.allocator, quota,
-                          {p: Observed(u) for p, u in usages.items()})
-        return shares[self.participant]
 
     # --- the cycle ------------------------------------------------------------------------
     def decide(self, agg: Aggregates, admin: AdminSnapshot | None, now: float) -> Decisions:
         topics, max_age = self._backlog(agg, admin, now)
         groups = self._groups(agg, now)
         self._last_at = now
-        return Decisions(now, topics, max_age, groups)
+        load = evaluate_load(agg, admin, self.config.load_manager)
+        with self.lock:
+            ages, known = self.peer.peers(now), self.peer.known()
+        return Decisions(now, topics, max_age, groups, ages, known, load)

@@ -17,18 +17,26 @@ from exporter.catalogue import CHECK_DURATION_BUCKETS
 from exporter.decide import Decisions, GroupResult
 from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
 from exporter.exposition import HistogramValue, MetricSet, MetricSetBuilder
+from exporter.publish_load import add_load
 from exporter.sources.model import SourceHealth
 
 
 @dataclass
 class Tallies:
-    """Cumulative counts, mutated by the check loop only (one writer)."""
+    """Cumulative counts, mutated by the check loop and the usage exchange (the latter
+    under `Exporter._tally_lock`, which publishing holds too)."""
 
     evictions: Counter = field(default_factory=Counter)  # (namespace, topic, quota_type)
     would_evict: Counter = field(default_factory=Counter)  # (namespace, topic, quota_type)
     eviction_failures: Counter = field(default_factory=Counter)  # reason
     malformed_lines: Counter = field(default_factory=Counter)  # source
     reloads: Counter = field(default_factory=Counter)  # success | failure
+    reports_sent: int = 0
+    reports_suppressed: int = 0  # RG × class entries held back by the suppression rule
+    reports_received: int = 0
+    reports_rejected: Counter = field(default_factory=Counter)  # reason
+    peers_dropped: int = 0
+    exchange_seconds: float | None = None  # the last usage-report round's duration
     cycles_skipped: int = 0
     check_duration: HistogramValue = field(
         default_factory=lambda: HistogramValue.empty(CHECK_DURATION_BUCKETS))
@@ -85,10 +93,12 @@ def _add_group(b: MetricSetBuilder, cluster: str, participant: str, g: GroupResu
             if v >= 0:
                 b.add(f"pulsar_resource_group_local_quota_{unit}_per_second",
                       (*rg, participant), v)
+    usages = dict(g.peers)
     if g.usage is not None:
-        b.add("pulsar_resource_group_usage_messages_per_second", (*rg, participant),
-              g.usage.messages)
-        b.add("pulsar_resource_group_usage_bytes_per_second", (*rg, participant), g.usage.bytes)
+        usages[participant] = g.usage
+    for who, u in sorted(usages.items()):
+        b.add("pulsar_resource_group_usage_messages_per_second", (*rg, who), u.messages)
+        b.add("pulsar_resource_group_usage_bytes_per_second", (*rg, who), u.bytes)
     if g.cluster_usage is not None:
         for unit, used, quota in (("messages", g.cluster_usage.messages, g.quota.messages),
                                   ("bytes", g.cluster_usage.bytes, g.quota.bytes)):
@@ -130,7 +140,18 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
             b.add("pulsar_namespace_backlog_age_max_seconds", (c, ns), age)
         for g in decisions.groups:
             _add_group(b, c, participant, g)
+        if decisions.load is not None:
+            add_load(b, c, decisions.load)
         b.add("pulsar_quota_exporter_topics", (c,), len(decisions.topics))
+        b.add("pulsar_quota_exporter_usage_peers", (c,), decisions.participants)
+        for peer, age in decisions.peer_ages.items():
+            b.add("pulsar_quota_exporter_usage_peer_report_age_seconds", (c, peer), age)
+    for name, n in (("sent", tallies.reports_sent), ("suppressed", tallies.reports_suppressed),
+                    ("received", tallies.reports_received)):
+        b.add(f"pulsar_quota_exporter_usage_reports_{name}_total", (c,), n)
+    for reason, n in tallies.reports_rejected.items():
+        b.add("pulsar_quota_exporter_usage_reports_rejected_total", (c, reason), n)
+    b.add("pulsar_quota_exporter_stale_peers_dropped_total", (c,), tallies.peers_dropped)
     for (ns, topic, qt), n in tallies.evictions.items():
         b.add("pulsar_storage_backlog_quota_exceeded_evictions_total", (c, ns, topic, qt), n)
     for (ns, topic, qt), n in tallies.would_evict.items():

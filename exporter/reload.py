@@ -84,10 +84,15 @@ class ConfigFile:
             return Rejected(tuple(e.errors))
         kept = {key: getattr(self.running, key) for key in RESTART_ONLY}
         needs_restart = tuple(k for k in RESTART_ONLY if getattr(loaded, k) != kept[k])
+        # who we speak for is our identity towards peers: renaming needs a restart too
+        participant = self.running.resource_group_engine.participant
+        if loaded.resource_group_engine.participant != participant:
+            needs_restart += ("resource_group_engine.participant",)
+        engine = dataclasses.replace(loaded.resource_group_engine, participant=participant)
+        config = dataclasses.replace(loaded, resource_group_engine=engine, **kept)
         if needs_restart:
             log.warning("config reload: %s changed; they take effect after a restart",
                         ", ".join(needs_restart))
-        config = dataclasses.replace(loaded, **kept)
         if config == self.running and not requested:
             return Unchanged()
         self.running = config

@@ -53,7 +53,9 @@ def group_view(g: GroupResult) -> dict[str, object]:
         "monitoring_class": g.monitoring_class.value,
         "quota": usage(g.quota),
         "usage": usage(g.usage),
+        "cluster_usage": usage(g.cluster_usage),
         "local_quota": usage(g.local_quota),
+        "peers": {p: usage(u) for p, u in sorted(g.peers.items())},
         "throttle_delay_seconds": _num(g.throttle.delay_seconds) if g.throttle else None,
     }
 

@@ -79,6 +79,11 @@ class Participant:
             max_suppressed_rounds=self.settings.max_suppressed_rounds,
         )
 
+    def report_all_next(self) -> None:
+        """Publish every entry at the next round, suppression aside (after a spoof of us,
+        peers hold wrong numbers under our name until we report again)."""
+        self._last_reported.clear()
+
     def report(self, usages: Mapping[GroupKey, Usage], limits: Mapping[GroupKey, Usage | None],
                now: float) -> Round:
         """This round's usage per RG × class → what to publish. Keys not in `usages` are

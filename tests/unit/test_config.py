@@ -399,9 +399,9 @@ CASES = [
         "unknown allocator 'fiar' (did you mean 'fair'?)",
     ),
     (
-        {"resource_group_engine": {"report_interval": "10m", "stale_after": "10m"}},
+        {"resource_group_engine": {"report_interval": "1m", "stale_after": "6m"}},
         "resource_group_engine.stale_after",
-        "must be longer than report_interval (10m)",
+        "must be longer than report_interval × (max_suppressed_rounds + 1) (6m,",
     ),
     (
         {"resource_group_engine": {"suppression_tolerance_percent": 101}},

@@ -1,0 +1,232 @@
+"""A fleet of exporter processes sharing resource-group quotas over a real broker.
+
+Each participant speaks for its own pulsar-lite broker (its usage source); broker 0 also
+carries the non-persistent usage topic. A pacer per participant produces at
+min(demand, local quota), reading the quota from its exporter's status: it plays the
+broker's resource-group rate limiter, so a participant that is given less than it wants
+uses exactly its limit, which is what makes the 80/20 case "stuck" under Pulsar's rule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pulsar
+import yaml
+
+from tests.harness.pulsar import PulsarLite, free_port
+
+RG = "rg-shared"
+TENANT = "public"
+
+
+def _config(name: str, broker: PulsarLite, usage_broker: PulsarLite, quota: float,
+            allocator: str, interval: float, stale_after: float) -> dict:
+    return {
+        "cluster": "fleet",
+        "check_interval": f"{interval}s",
+        "sources": {"brokers": [{"url": broker.metrics_url, "timeout": f"{interval * 0.8}s"}],
+                    "service_url": usage_broker.service_url},
+        "resource_groups": {RG: {"publish": {"messages_per_second": int(quota)},
+                                 "tenants": [TENANT]}},
+        "resource_group_engine": {"participant": name, "report_interval": f"{interval}s",
+                                  "stale_after": f"{stale_after}s", "max_suppressed_rounds": 3,
+                                  "allocator": allocator},
+    }
+
+
+@dataclass
+class Member:
+    name: str
+    broker: PulsarLite
+    config_path: Path
+    port: int
+    log_path: Path
+    demand: float
+    process: subprocess.Popen | None = None
+    stop_pacer: threading.Event = field(default_factory=threading.Event)
+    sent: int = 0
+    stopped: bool = False  # stopped on purpose by the test
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def status(self) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/status", timeout=3) as r:
+                return json.load(r)
+        except OSError:
+            return None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def group(self) -> dict | None:
+        status = self.status()
+        for g in (status or {}).get("resource_groups", []):
+            if g["resource_group"] == RG and g["monitoring_class"] == "publish":
+                return g
+        return None
+
+    def local_quota(self) -> float | None:
+        g = self.group()
+        if g is None or g["local_quota"] is None:
+            return None
+        return g["local_quota"]["messages_per_second"]
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """One sample of this exporter's /metrics (labels must match exactly the given ones)."""
+        for line in self.metrics().splitlines():
+            if not line.startswith(name + "{") and not line.startswith(name + " "):
+                continue
+            head, _, value = line.rpartition(" ")
+            if all(f'{k}="{v}"' in head for k, v in labels.items()):
+                return float(value)
+        return None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+class Fleet:
+    def __init__(self, workdir: Path, demands: dict[str, float], *, quota: float,
+                 allocator: str, interval: float = 8.0, stale_after: float = 40.0) -> None:
+        self.workdir = workdir
+        self.quota = quota
+        self.allocator = allocator
+        self.interval = interval
+        self.stale_after = stale_after
+        self.brokers = [PulsarLite(workdir / f"broker-{i}") for i in range(len(demands))]
+        self.members: dict[str, Member] = {}
+        self._demands = demands
+        self._pacers: list[threading.Thread] = []
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> Fleet:
+        for b in self.brokers:
+            b.start()
+        for i, (name, demand) in enumerate(self._demands.items()):
+            path = self.workdir / f"{name}.yaml"
+            member = Member(name, self.brokers[i], path, free_port(),
+                            self.workdir / f"{name}.log", demand)
+            self.members[name] = member
+            self.write_config(member, self.quota)
+            self.launch(member)
+            t = threading.Thread(target=self._pace, args=(member,), daemon=True)
+            t.start()
+            self._pacers.append(t)
+        return self
+
+    def write_config(self, member: Member, quota: float) -> None:
+        data = _config(member.name, member.broker, self.brokers[0], quota, self.allocator,
+                       self.interval, self.stale_after)
+        tmp = member.config_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+        os.replace(tmp, member.config_path)  # atomic, as a ConfigMap update is
+
+    def set_quota(self, quota: float) -> None:
+        self.quota = quota
+        for m in self.members.values():
+            self.write_config(m, quota)
+
+    def launch(self, member: Member) -> None:
+        log = open(member.log_path, "ab")  # noqa: SIM115 - owned by the child
+        member.process = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "run", "--config.file",
+             str(member.config_path), "--web.listen-address", f"127.0.0.1:{member.port}"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+    def kill(self, name: str, sig: int) -> int:
+        member = self.members[name]
+        member.stopped = True
+        member.stop_pacer.set()
+        assert member.process is not None
+        member.process.send_signal(sig)
+        return member.process.wait(timeout=60)
+
+    def close(self) -> None:
+        for m in self.members.values():
+            m.stop_pacer.set()
+        for m in self.members.values():
+            if m.alive():
+                assert m.process is not None
+                os.killpg(m.process.pid, signal.SIGKILL)
+                m.process.wait(timeout=30)
+        for t in self._pacers:
+            t.join(timeout=10)
+        for b in self.brokers:
+            b.stop()
+
+    # --- the workload ---------------------------------------------------------------------
+    def _pace(self, member: Member) -> None:
+        """Produce at min(demand, local quota); the quota is re-read every second."""
+        client = pulsar.Client(member.broker.service_url,
+                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+        try:
+            producer = client.create_producer(
+                f"persistent://{TENANT}/default/load-{member.name}", batching_enabled=True,
+                batching_max_publish_delay_ms=20, block_if_queue_full=True)
+            next_read, limit = 0.0, None
+            credit, last = 0.0, time.monotonic()
+            while not member.stop_pacer.is_set():
+                now = time.monotonic()
+                if now >= next_read:
+                    limit = member.local_quota()
+                    next_read = now + 1.0
+                rate = member.demand if limit is None else min(member.demand, limit)
+                credit = min(credit + (now - last) * rate, max(rate, 1.0))
+                last = now
+                while credit >= 1.0:
+                    producer.send_async(b"x" * 64, lambda *_: None)
+                    member.sent += 1
+                    credit -= 1.0
+                time.sleep(0.02)
+            producer.flush()
+        except Exception as e:  # a pacer dying must show in the test's failure message
+            member.demand = -1
+            print(f"pacer {member.name} failed: {e!r}", file=sys.stderr)
+        finally:
+            client.close()
+
+    # --- waiting ----------------------------------------------------------------------------
+    def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float) -> float:
+        """Poll until `predicate()`; seconds it took. Fails with every member's log tail."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if any(not m.alive() and not m.stopped for m in self.members.values()):
+                break
+            try:
+                if predicate():
+                    return time.monotonic() - t0
+            except (OSError, KeyError, TypeError):
+                pass
+            time.sleep(0.5)
+        tails = "\n".join(f"--- {m.name} ({'alive' if m.alive() else 'dead'}) ---\n"
+                          f"{m.log_tail()}" for m in self.members.values())
+        raise AssertionError(f"gave up after {time.monotonic() - t0:.0f}s waiting for {what}; "
+                             f"quotas: {self.quotas()}\n{tails}")
+
+    def quotas(self) -> dict[str, float | None]:
+        return {n: m.local_quota() for n, m in self.members.items() if m.alive()}
+
+    def peers_known(self, name: str) -> float | None:
+        return self.members[name].sample("pulsar_quota_exporter_usage_peers")

@@ -1,0 +1,180 @@
+"""Exporter processes share resource-group quotas over a real broker's non-persistent topic.
+
+One fleet of three `run` processes (Pulsar's allocator) goes through: convergence, garbage
+on the usage topic, a quota raised then lowered by editing the files, a SIGKILL (dropped
+after stale_after) and a clean stop (dropped at the goodbye). A second fleet of two (the
+`fair` allocator) resolves seed 000's starved 80/20 case. Assertions are about outcomes;
+the timeouts are generous and the measured times are printed, not asserted.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+
+import pulsar
+import pytest
+
+from exporter.config import MonitoringClass
+from exporter.transport.codec import Entry, Rates, WireReport, encode
+from tests.harness.fleet import RG, Fleet
+
+pytestmark = pytest.mark.timeout(900)
+
+QUOTA = 100.0
+DEMANDS = {"p-a": 10.0, "p-b": 50.0, "p-c": 30.0}
+TOPIC = "non-persistent://pulsar/system/resource-usage"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    f = Fleet(tmp_path_factory.mktemp("fleet"), DEMANDS, quota=QUOTA, allocator="pulsar")
+    try:
+        yield f.start()
+    finally:
+        f.close()
+
+
+def within(total: float, quota: float, tolerance: float = 0.10) -> bool:
+    return abs(total - quota) <= tolerance * quota
+
+
+def converged(fleet: Fleet, quota: float, names=None) -> bool:
+    q = fleet.quotas()
+    names = names or list(q)
+    values = [q.get(n) for n in names]
+    return all(v is not None for v in values) and within(sum(values), quota)
+
+
+def test_three_participants_converge_on_a_split_that_follows_demand(fleet):
+    took = fleet.wait_for("3 peers known everywhere", lambda: all(
+        fleet.peers_known(n) == 3 for n in fleet.members), timeout=240)
+    took += fleet.wait_for("convergence", lambda: converged(fleet, QUOTA) and (
+        lambda q: q["p-b"] > q["p-c"] > q["p-a"])(fleet.quotas()), timeout=180)
+    q = fleet.quotas()
+    print(f"\nconverged in {took:.1f}s: {q}")
+    assert within(sum(q.values()), QUOTA)
+    # Pulsar's rule: shares in proportion to usage (10/50/30 → 11/56/33 of 100)
+    for name, demand in DEMANDS.items():
+        assert q[name] == pytest.approx(QUOTA * demand / sum(DEMANDS.values()), rel=0.25)
+    # every participant sees the others' usage and counts what it sends and receives
+    a = fleet.members["p-a"]
+    assert a.sample("pulsar_resource_group_usage_messages_per_second", participant="p-b") > 0
+    assert a.sample("pulsar_quota_exporter_usage_reports_sent_total") > 0
+    assert a.sample("pulsar_quota_exporter_usage_reports_received_total") > 0
+
+
+def _rejected(member, reason: str) -> float:
+    return member.sample("pulsar_quota_exporter_usage_reports_rejected_total", reason=reason) or 0
+
+
+def test_garbage_replays_and_spoofs_are_rejected_and_move_no_quota(fleet):
+    fleet.wait_for("convergence", lambda: converged(fleet, QUOTA), timeout=180)
+    a = fleet.members["p-a"]
+    reasons = ("malformed", "truncated", "oversized", "unknown_version", "replayed",
+               "spoofed", "too_old")
+    before = {r: _rejected(a, r) for r in reasons}
+    peers_before = fleet.peers_known("p-a")
+    now = time.time()
+    fake = WireReport("p-zz", 2**40, now, (Entry(RG, MonitoringClass.PUBLISH,
+                                                 Rates(1e6, 1e9), None),))
+    good = encode(fake)
+    client = pulsar.Client(fleet.brokers[0].service_url,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        producer = client.create_producer(TOPIC)
+        payloads = [
+            b"not a report at all",  # malformed
+            good[: len(good) // 2],  # truncated
+            good[:1] + b"\x09" + good[2:],  # unknown version
+            b"\xb7" + b"\x00" * (4 * 1024 * 1024 + 10),  # oversized
+            encode(WireReport("p-b", 1, now, ())),  # replayed: p-b is far past sequence 1
+            encode(WireReport("p-a", 2**50, now, fake.entries)),  # spoofed: claims to be p-a
+            encode(WireReport("p-yy", 2**40, now - 3600, fake.entries)),  # too old
+        ]
+        for p in payloads:
+            producer.send(p)
+    finally:
+        client.close()
+    fleet.wait_for("every reason counted", lambda: all(
+        _rejected(a, r) > before[r] for r in reasons), timeout=60)
+    assert fleet.peers_known("p-a") == peers_before
+    assert a.sample("pulsar_resource_group_usage_messages_per_second", participant="p-yy") is None
+    assert a.sample("pulsar_resource_group_usage_messages_per_second", participant="p-zz") is None
+    # The spoof of p-a is indistinguishable from p-a for p-b and p-c (reports are not
+    # signed): p-a, seeing it, continues above its sequence and re-sends its usage, so
+    # the split comes back without anyone restarting.
+    fleet.wait_for("split restored", lambda: converged(fleet, QUOTA) and max(
+        m.sample("pulsar_resource_group_usage_messages_per_second", participant="p-a")
+        for m in fleet.members.values()) < 1000, timeout=60)
+    assert all(m.alive() for m in fleet.members.values())
+
+
+def test_quota_raised_then_lowered_in_the_files_is_followed(fleet):
+    for quota in (200.0, 60.0):
+        fleet.set_quota(quota)
+        took = fleet.wait_for(f"split of {quota}", lambda q=quota: converged(fleet, q),
+                              timeout=120)
+        print(f"\nquota → {quota}: converged in {took:.1f}s: {fleet.quotas()}")
+    a = fleet.members["p-a"]
+    assert a.sample("pulsar_quota_exporter_config_reloads_total", result="success") >= 2
+    assert a.sample("pulsar_resource_group_quota_messages_per_second") == 60.0
+
+
+def test_an_invalid_edit_is_rejected_and_the_running_quota_stays(fleet):
+    a = fleet.members["p-a"]
+    failures = a.sample("pulsar_quota_exporter_config_reloads_total", result="failure") or 0
+    good = a.config_path.read_text()
+    a.config_path.write_text(good.replace("messages_per_second", "messages_per_secnd"))
+    try:
+        fleet.wait_for("failed reload counted", lambda: (a.sample(
+            "pulsar_quota_exporter_config_reloads_total", result="failure") or 0) > failures,
+            timeout=60)
+        assert a.alive()
+        assert a.sample("pulsar_resource_group_quota_messages_per_second") == 60.0
+    finally:
+        a.config_path.write_text(good)
+
+
+def test_a_killed_participant_is_dropped_after_stale_after_and_its_share_taken_over(fleet):
+    fleet.wait_for("3 peers", lambda: fleet.peers_known("p-a") == 3, timeout=60)
+    fleet.kill("p-c", signal.SIGKILL)
+    took = fleet.wait_for("p-c dropped", lambda: fleet.peers_known("p-a") == 2
+                          and fleet.peers_known("p-b") == 2, timeout=fleet.stale_after + 60)
+    print(f"\nSIGKILL: dropped after {took:.1f}s (stale_after {fleet.stale_after}s)")
+    assert took >= fleet.stale_after - 2 * fleet.interval  # not before it went stale
+    assert fleet.members["p-a"].sample("pulsar_quota_exporter_stale_peers_dropped_total") >= 1
+    fleet.wait_for("p-a and p-b share the quota", lambda: converged(
+        fleet, fleet.quota, ["p-a", "p-b"]), timeout=90)
+
+
+def test_a_cleanly_stopped_participant_is_dropped_at_its_goodbye(fleet):
+    a = fleet.members["p-a"]
+    fleet.wait_for("2 peers", lambda: fleet.peers_known("p-a") == 2, timeout=60)
+    stale_before = a.sample("pulsar_quota_exporter_stale_peers_dropped_total")
+    assert fleet.kill("p-b", signal.SIGTERM) == 0
+    took = fleet.wait_for("p-b dropped", lambda: fleet.peers_known("p-a") == 1,
+                          timeout=fleet.interval * 4)
+    print(f"\nSIGTERM: dropped after {took:.1f}s")
+    assert a.sample("pulsar_quota_exporter_stale_peers_dropped_total") == stale_before
+    fleet.wait_for("p-a alone has the whole quota", lambda: math.isclose(
+        a.local_quota(), fleet.quota), timeout=60)
+
+
+def test_fair_resolves_the_starved_80_20_case(tmp_path):
+    # B wants little at first, so Pulsar's rule would pin it at its small share; then it
+    # wants as much as A. Pulsar's allocator stays put there (seed 000); `fair` must not.
+    f = Fleet(tmp_path, {"f-a": 200.0, "f-b": 15.0}, quota=QUOTA, allocator="fair")
+    try:
+        f.start()
+        f.wait_for("skewed split", lambda: (lambda q: q.get("f-a") and q.get("f-b")
+                   and q["f-a"] > 3 * q["f-b"])(f.quotas()), timeout=240)
+        print(f"\nskewed: {f.quotas()}")
+        f.members["f-b"].demand = 200.0
+        took = f.wait_for("fair split", lambda: (lambda q: math.isclose(
+            q["f-a"], q["f-b"], rel_tol=0.15) and within(q["f-a"] + q["f-b"], QUOTA))(
+            f.quotas()), timeout=180)
+        print(f"fair resolved in {took:.1f}s: {f.quotas()}")
+    finally:
+        f.close()
