@@ -80,10 +80,12 @@ class Exporter:
         if exchange is None and participate:
             self.exchange = _exchange_for(config, clock)
         self._tally_lock = threading.Lock()  # the exchange thread counts too
+        self._cancelled = False
         self.config_file = config_file
         self._last_decisions: Decisions | None = None
         self._last_success: float | None = None
         self._logged_dry_run: set[tuple[str, str]] = set()
+        self._size_cuts: dict[tuple[str, str], float | None] = {}  # backlog bytes at the cut
 
     # --- stages -----------------------------------------------------------------------------
     def _aggregate(self, snapshot: Snapshot):
@@ -111,10 +113,14 @@ class Exporter:
             self._logged_dry_run = seen
             return
         performed = set()
+        orders = self._not_yet_seen_by_broker(orders, decisions)
         for result in self.evictor.perform(orders):
             o = result.order
             if isinstance(result, Performed):
                 performed.add((namespaces[o.topic], o.topic, o.quota_type))
+                if o.messages is not None:
+                    self._size_cuts[(o.topic, o.subscription)] = self._backlog_bytes(
+                        decisions).get((o.topic, o.subscription))
                 log.info("evicted %s on %s (%s quota, %s)", o.subscription, o.topic,
                          o.quota_type, result.method.value)
             elif isinstance(result, Failed | Skipped):
@@ -123,6 +129,30 @@ class Exporter:
                             o.topic, result.reason.value, result.detail)
         for key in performed:  # one eviction per topic and quota type per check, as Pulsar
             self.tallies.evictions[key] += 1
+
+    @staticmethod
+    def _backlog_bytes(decisions: Decisions) -> dict[tuple[str, str], float]:
+        return {(d.topic, s.subscription): s.backlog_bytes
+                for d in decisions.topics for s in d.plan.size}
+
+    def _not_yet_seen_by_broker(self, orders: list[EvictionOrder],
+                                decisions: Decisions) -> list[EvictionOrder]:
+        """Size cuts skip a number of messages, so repeating one on numbers the broker has
+        not refreshed since (pulsar-lite's gauges lag by up to 5 s) would drop more than
+        the quota asks. A size cut waits until the subscription's backlog has changed
+        since the last cut. Time cuts (a publish-time cutoff) are safe to repeat."""
+        now = self._backlog_bytes(decisions)
+        kept = []
+        for o in orders:
+            key = (o.topic, o.subscription)
+            if (o.messages is not None and key in self._size_cuts
+                    and self._size_cuts[key] == now.get(key)):
+                log.debug("size cut of %s on %s waits for fresh broker numbers",
+                          o.subscription, o.topic)
+                continue
+            kept.append(o)
+        self._size_cuts = {k: v for k, v in self._size_cuts.items() if now.get(k) == v}
+        return kept
 
     # --- one cycle ---------------------------------------------------------------------------
     def cycle(self) -> CycleReport:
@@ -154,8 +184,11 @@ class Exporter:
             self._last_decisions = decisions
             self._last_success = now
         except Exception:
-            log.exception("check cycle failed after %s; keeping the last good decisions",
-                          ", ".join(stages) or "nothing")
+            if self._cancelled:
+                log.info("check cycle cancelled: stopping")
+            else:
+                log.exception("check cycle failed after %s; keeping the last good decisions",
+                              ", ".join(stages) or "nothing")
         self.tallies.check_duration = self.tallies.check_duration.observe(
             time.perf_counter() - started)
         with stage("publish"):
@@ -171,6 +204,16 @@ class Exporter:
                              for h in snapshot.health if not h.up)
             self.state.publish(body, status, degraded=degraded)
         return CycleReport(snapshot, decisions, status, body)
+
+    def cancel(self) -> None:
+        """Stopping: cancel the running cycle's Spark jobs so the loop ends in seconds."""
+        self._cancelled = True
+        from exporter.pipeline.session import cancel_running
+
+        try:
+            cancel_running()
+        except Exception:  # stopping anyway; the cycle then simply runs to its end
+            log.debug("could not cancel the running Spark jobs", exc_info=True)
 
     def skipped(self, ticks: int) -> None:
         self.tallies.cycles_skipped += ticks
@@ -290,13 +333,18 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
     server = build_server(config.exposition.listen, exporter.state,
                           load_web_config(config.exposition)).start()
     scheduler = Scheduler(config.check_interval, exporter.cycle, exporter.skipped)
+    def stopping(*_: object) -> None:
+        scheduler.stop()
+        # off the signal handler: cancelling talks to the JVM over py4j
+        threading.Thread(target=exporter.cancel, daemon=True).start()
+
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: scheduler.stop())
+            signal.signal(sig, stopping)
         if config_file is not None:
             signal.signal(signal.SIGHUP, lambda *_: config_file.request())
     if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), scheduler.stop()), daemon=True).start()
+        threading.Thread(target=lambda: (stop.wait(), stopping()), daemon=True).start()
     exchange_stop = threading.Event()
     exchange = exporter.start_exchange(exchange_stop)
     log.info("serving on %s", server.url)
@@ -311,4 +359,6 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         from exporter.pipeline.session import stop as stop_spark
 
         stop_spark()
+    log.info("stopped cleanly")
     return 0
+

@@ -1,7 +1,7 @@
-"""A real pulsar-lite broker for tests: the bundled binary on free loopback ports, its own TOML.
-
-`start_broker()` from the package cannot choose the metrics address, so we run the binary
-ourselves (notes/pulsar-lite.md). Measured behaviour the helpers account for:
+"""A real pulsar-lite broker for tests: `exporter.embedded.EmbeddedBroker` (binary, TOML, free
+loopback ports, start / stop / restart) plus test conveniences: a workload over the official
+client, a small /metrics parser and polling helpers. Measured behaviour they account for
+(notes/pulsar-lite.md):
 - gauges on /metrics (backlog, consumer counts) refresh about every 5 s: use `wait_for_metric`;
 - the `cluster` label is always "pulsar-lite"; `topic` is the short name plus `namespace`;
 - after a restart, topics and their subscriptions are loaded lazily: a subscription reappears
@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
-import signal
-import socket
-import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -28,36 +24,18 @@ from typing import TypeVar
 import pulsar
 import pytest
 
+from exporter.embedded import BinaryMissing, BrokerFailed, EmbeddedBroker, find_binary, free_port
+
 T = TypeVar("T")
 _CLIENT_LOG = logging.getLogger("tests.harness.pulsar.client")
 _CLIENT_LOG.setLevel(logging.WARNING)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
-
-class PulsarLiteMissing(RuntimeError):
-    """The pulsar-lite binary is not installed: install the `test` extra."""
-
-
-class PulsarLiteFailed(RuntimeError):
-    """The broker did not come up (the message carries the tail of its log)."""
-
-
-def find_binary() -> Path:
-    try:
-        import pulsar_lite
-    except ImportError as exc:
-        raise PulsarLiteMissing("pulsar-lite is not installed (pip install pulsar-lite)") from exc
-    binary = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        raise PulsarLiteMissing(f"pulsar-lite binary missing or not executable: {binary}")
-    return binary
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+PulsarLiteMissing = BinaryMissing  # the names tests know
+PulsarLiteFailed = BrokerFailed
+__all__ = ["Metrics", "PulsarLite", "PulsarLiteFailed", "PulsarLiteMissing", "Sample",
+           "find_binary", "free_port", "pulsar_lite_fixture", "split_topic"]
 
 
 @dataclass(frozen=True)
@@ -99,112 +77,17 @@ def split_topic(topic: str) -> tuple[str, str]:
     return f"{tenant}/{ns}", short
 
 
-class PulsarLite:
-    """One broker process. Ports are picked at the first start and kept across restarts."""
+class PulsarLite(EmbeddedBroker):
+    """One broker process in `workdir`, not started until `start()` (or `with`); ports are
+    picked at the first start and kept across restarts; `stop()` leaves `workdir` alone."""
 
     def __init__(self, workdir: Path, *, cluster: str = "harness", log_level: str = "info",
                  binary: Path | None = None):
-        self.workdir = Path(workdir)
-        self.data_dir = self.workdir / "data"
-        self.config_path = self.workdir / "pulsar-lite.toml"
-        self.log_path = self.workdir / "pulsar-lite.log"
-        self.cluster = cluster
-        self.log_level = log_level
-        self._binary = binary
-        self.broker_port = 0
-        self.metrics_port = 0
-        self._process: subprocess.Popen[bytes] | None = None
-
-    # --- lifecycle ----------------------------------------------------------------------
+        super().__init__(workdir, cluster=cluster, log_level=log_level, binary=binary)
 
     @property
-    def service_url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.broker_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def start(self, timeout: float = 20.0) -> PulsarLite:
-        binary = self._binary if self._binary is not None else find_binary()
-        if not binary.is_file():
-            raise PulsarLiteMissing(f"pulsar-lite binary not found: {binary}")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        if not self.broker_port:
-            self.broker_port, self.metrics_port = free_port(), free_port()
-        self.config_path.write_text(
-            f'cluster = "{self.cluster}"\n\n[metrics]\nenabled = true\n'
-            f'addr = "127.0.0.1:{self.metrics_port}"\n')
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                [str(binary), "--config", str(self.config_path),
-                 "--addr", f"127.0.0.1:{self.broker_port}", "--db-path", str(self.data_dir),
-                 "--log-level", self.log_level],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.workdir, start_new_session=True)
-        try:
-            self._wait_ready(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise PulsarLiteFailed(
-                    f"pulsar-lite exited with {self._process.returncode}:\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.broker_port), timeout=0.5):
-                    pass
-                with urllib.request.urlopen(self.metrics_url, timeout=1.0) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise PulsarLiteFailed(f"pulsar-lite not ready within {timeout} s:\n{self.log_tail()}")
-
-    def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM (pulsar-lite takes about 1 s to flush and exit), then SIGKILL."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-
-    def restart(self, timeout: float = 20.0) -> PulsarLite:
-        """Same data dir and ports: topics, cursors and backlogs come back."""
-        self.stop()
-        deadline = time.monotonic() + timeout
-        while True:  # the old listener may linger for a moment
-            try:
-                return self.start(timeout=max(1.0, deadline - time.monotonic()))
-            except PulsarLiteFailed:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.5)
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> PulsarLite:
-        return self.start() if not self.running else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def broker_port(self) -> int:
+        return self.port
 
     # --- workload over the official client ----------------------------------------------
 

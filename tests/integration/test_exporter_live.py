@@ -1,16 +1,19 @@
-"""The whole check cycle against a real pulsar-lite broker: backlog age, a time-quota eviction
-that moves the real cursor, and a broker restart that the exporter rides out."""
+"""The whole check cycle against a real pulsar-lite broker: backlog age, time- and size-quota
+evictions that move the real cursor (and dry runs that do not), and a broker restart that the
+exporter rides out."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
+import urllib.request
 
 import pulsar
 import pytest
 
 from exporter.app import Exporter
-from exporter.config import parse
+from exporter.config import BacklogQuota, RetentionPolicy, parse
 from exporter.embedded import EmbeddedBroker
 
 TOPIC = "persistent://public/live/stalled"
@@ -118,7 +121,7 @@ def test_dry_run_moves_nothing_and_counts_would_evict(broker, tmp_path):
         assert _sample(report.body, "pulsar_storage_backlog_quota_would_evict_total",
                        topic=TOPIC, quota_type="time") >= 1
         assert _sample(report.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
-                       topic=TOPIC, quota_type="time") is None
+                       topic=TOPIC, quota_type="time") == 0  # exists at 0, never rises
         time.sleep(6)  # one gauge refresh
         assert _broker_backlog(broker, "stalled-sub") == 10
     finally:
@@ -149,5 +152,83 @@ def test_broker_restart_keeps_last_metrics_marks_source_down_and_recovers(broker
         up = exporter.cycle()
         assert _sample(up.body, "pulsar_quota_exporter_source_up") == 1
         assert _sample(up.body, "pulsar_storage_backlog_quota_limit_time", topic=TOPIC) == 3600
+    finally:
+        exporter.close()
+
+
+# --- size quota through the cycle ---------------------------------------------------------------
+
+SIZE_MESSAGES, SIZE_PAYLOAD, SIZE_LIMIT = 40, 200, 2500  # 8000 bytes of backlog, 2500 allowed
+
+
+def _size_config(broker: EmbeddedBroker, *, enforce: bool):
+    """The module's config with a size-only quota (the time limit far away)."""
+    config = _config(broker, enforce=enforce, limit_time="1h")
+    quota = BacklogQuota(limit_size=SIZE_LIMIT, limit_time=3600.0,
+                         policy=RetentionPolicy.CONSUMER_BACKLOG_EVICTION)
+    quotas = dataclasses.replace(config.backlog_quotas, namespaces={"public/live": quota})
+    return dataclasses.replace(config, backlog_quotas=quotas)
+
+
+def _stall_sized(broker: EmbeddedBroker) -> float:
+    """The stalled subscription behind SIZE_MESSAGES payloads of SIZE_PAYLOAD bytes, one entry
+    each; returns the bytes per message by the broker's own counters (what a size quota on
+    pulsar-lite is measured in)."""
+    _stall(broker, 0)
+    client = pulsar.Client(broker.service_url)
+    try:
+        producer = client.create_producer(TOPIC, batching_enabled=False)
+        for i in range(SIZE_MESSAGES):
+            producer.send(str(i).encode().ljust(SIZE_PAYLOAD, b"."))
+    finally:
+        client.close()
+    assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == SIZE_MESSAGES)
+    text = urllib.request.urlopen(broker.metrics_url, timeout=5).read().decode()
+    counters = {name: _sample(text.encode(), name, topic="stalled")
+                for name in ("pulsar_in_bytes_total", "pulsar_in_messages_total")}
+    assert counters["pulsar_in_messages_total"] == SIZE_MESSAGES, counters
+    return counters["pulsar_in_bytes_total"] / SIZE_MESSAGES
+
+
+def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_the_limit(broker, tmp_path):
+    per_message = _stall_sized(broker)
+    assert SIZE_MESSAGES * per_message > SIZE_LIMIT  # the workload is over its quota
+    exporter = Exporter(_size_config(broker, enforce=True), spool_dir=str(tmp_path))
+    try:
+        report = exporter.cycle()
+        evicted = _sample(report.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
+                          topic=TOPIC, quota_type="size")
+        assert evicted == 1, report.status
+        # The broker's own gauge: at the limit or below, and not a message further.
+        fits = int(SIZE_LIMIT // per_message)
+        assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == fits, timeout=20), (
+            _broker_backlog(broker, "stalled-sub"), fits)
+        assert _broker_backlog(broker, "stalled-sub") * per_message <= SIZE_LIMIT
+        # Within its quota now: the next cycles evict nothing more.
+        later = exporter.cycle()
+        assert _sample(later.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
+                       topic=TOPIC, quota_type="size") == 1
+        assert _sample(later.body, "pulsar_storage_backlog_quota_exceeded",
+                       topic=TOPIC, quota_type="size") == 0
+        assert _sample(later.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
+                       topic=TOPIC, quota_type="time") in (None, 0)
+    finally:
+        exporter.close()
+
+
+def test_size_dry_run_moves_nothing_and_counts_would_evict(broker, tmp_path):
+    _stall_sized(broker)
+    exporter = Exporter(_size_config(broker, enforce=False), spool_dir=str(tmp_path))
+    try:
+        exporter.cycle()
+        report = exporter.cycle()
+        assert _sample(report.body, "pulsar_storage_backlog_quota_would_evict_total",
+                       topic=TOPIC, quota_type="size") == 2  # once per check
+        assert _sample(report.body, "pulsar_storage_backlog_quota_exceeded",
+                       topic=TOPIC, quota_type="size") == 1
+        assert _sample(report.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
+                       topic=TOPIC, quota_type="size") == 0  # exists at 0, never rises
+        time.sleep(6)  # one gauge refresh
+        assert _broker_backlog(broker, "stalled-sub") == SIZE_MESSAGES
     finally:
         exporter.close()

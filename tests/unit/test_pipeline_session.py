@@ -1,9 +1,19 @@
 """The SparkSession's configuration: loopback-bound locally, operator overrides win."""
 
 import os
+import signal
+import sys
+
+from pyspark.sql.functions import udf
 
 from exporter.config import Spark
-from exporter.pipeline.session import REQUIRED, get_session, local_cores, session_conf
+from exporter.pipeline.session import (
+    REQUIRED,
+    get_session,
+    keeping_sigint_handler,
+    local_cores,
+    session_conf,
+)
 
 
 def test_local_masters_are_bound_to_loopback_with_few_shuffle_partitions():
@@ -51,3 +61,47 @@ def test_one_session_per_process_reused_whatever_the_later_config():
     assert first.conf.get("spark.driver.host") == "127.0.0.1"
     assert first.conf.get("spark.ui.enabled") == "false"
     assert first.range(3).count() == 3
+
+
+def test_local_masters_run_python_workers_on_this_interpreter():
+    # A venv's python, not whatever `python3` comes first on PATH.
+    for master in ("local", "local[2]", "local[*]"):
+        conf = session_conf(Spark(master=master))
+        assert conf["spark.pyspark.python"] == sys.executable
+        assert conf["spark.pyspark.driver.python"] == sys.executable
+    cluster = session_conf(Spark(master="spark://spark-master:7077"))
+    assert "spark.pyspark.python" not in cluster
+    assert "spark.pyspark.driver.python" not in cluster
+    chosen = session_conf(Spark(master="local[2]", conf={"spark.pyspark.python": "/opt/py"}))
+    assert chosen["spark.pyspark.python"] == "/opt/py"
+
+
+def test_the_running_session_uses_this_interpreter_for_its_workers():
+    # The one session of this test process (started here or by another module's get_session).
+    spark = get_session(Spark(master="local[2]"))
+    assert spark.conf.get("spark.pyspark.python") == sys.executable
+    where = udf(lambda _: sys.executable, useArrow=False)
+    assert spark.range(1).select(where("id")).first()[0] == sys.executable
+
+
+def test_starting_the_session_leaves_the_sigint_handler_alone():
+    get_session(Spark(master="local[2]"))
+    handler = signal.getsignal(signal.SIGINT)
+    assert not getattr(handler, "__module__", "").startswith("pyspark"), handler
+
+
+def test_keeping_sigint_handler_puts_the_previous_handler_back():
+    def mine(*_):
+        pass
+
+    def intruder(*_):
+        pass
+
+    original = signal.signal(signal.SIGINT, mine)
+    try:
+        with keeping_sigint_handler():
+            signal.signal(signal.SIGINT, intruder)
+            assert signal.getsignal(signal.SIGINT) is intruder
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, original)

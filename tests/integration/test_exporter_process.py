@@ -1,0 +1,245 @@
+"""`pulsar-quota-exporter run` as a real process against a real pulsar-lite broker: it becomes
+ready after its first good cycle, serves the PIP-323 families, and stops cleanly on SIGTERM
+(what an orchestrator sends) and on SIGINT to its process group (Ctrl-C in a terminal, which
+also reaches the Spark JVM); a config error exits 2 naming the file and the key path.
+
+The exporter runs in its own process group; whatever of that group outlives a test is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from exporter.embedded import free_port
+from tests.harness.pulsar import Metrics, PulsarLite, pulsar_lite_fixture
+
+pulsar_lite = pulsar_lite_fixture()
+
+NAMESPACE = "public/proc"
+LIMIT_SIZE = 1024 * 1024  # the config's 1MiB
+LIMIT_TIME = 3600  # the config's 1h
+CLUSTER = "process-test"
+READY_WITHIN = 180.0  # Spark's start (about 10 s) and first job dominate; generous on purpose
+EXIT_WITHIN = 30.0
+SCRIPT = Path(sys.executable).with_name("pulsar-quota-exporter")
+
+# PIP-323's families (Pulsar's names and types), per topic and cluster-wide.
+PIP_323_TYPES = {
+    "pulsar_storage_backlog_age_seconds": "gauge",
+    "pulsar_storage_backlog_size": "gauge",
+    "pulsar_storage_backlog_quota_limit": "gauge",
+    "pulsar_storage_backlog_quota_limit_time": "gauge",
+    "pulsar_storage_backlog_quota_check_duration_seconds": "histogram",
+    "pulsar_broker_storage_backlog_quota_exceeded_evictions_total": "counter",
+}
+
+
+@pytest.fixture(scope="module")
+def topic(pulsar_lite: PulsarLite) -> str:
+    """A topic with a stalled subscription, so the per-topic families have a series."""
+    name = f"persistent://{NAMESPACE}/stalled-{uuid.uuid4().hex[:8]}"
+    pulsar_lite.create_subscription(name, "stalled")
+    pulsar_lite.produce(name, 5, size=100)
+    pulsar_lite.wait_for_backlog(name, "stalled", 5)
+    return name
+
+
+def _config_text(broker: PulsarLite, port: int) -> str:
+    return f"""\
+cluster: {CLUSTER}
+check_interval: 2s
+sources:
+  brokers:
+    - url: {broker.metrics_url}
+      timeout: 1s
+backlog_quotas:
+  namespaces:
+    {NAMESPACE}:
+      limit_size: 1MiB
+      limit_time: 1h
+exposition:
+  listen: 127.0.0.1:{port}
+spark:
+  master: local[2]
+"""
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of the group: whatever a stopped exporter left behind."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, group = stat.rsplit(")", 1)[1].split()[:3]
+        if int(group) == pgid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+@dataclass
+class ExporterProcess:
+    """`pulsar-quota-exporter run` in its own process group, its output in a log file."""
+
+    config: Path
+    port: int
+    log_path: Path
+    process: subprocess.Popen[bytes] = field(init=False)
+
+    def start(self) -> ExporterProcess:
+        assert SCRIPT.is_file(), f"console script not installed next to {sys.executable}"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [str(SCRIPT), "run", "--config.file", str(self.config), "--log.level", "info"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+    def wait_ready(self) -> list[int]:
+        """Poll /readyz until 200; returns every status it answered on the way."""
+        seen: list[int] = []
+        deadline = time.monotonic() + READY_WITHIN
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"exporter exited early:\n{self.log()[-4000:]}"
+            try:
+                status, _, _ = self.get("/readyz")
+            except OSError:  # not listening yet
+                time.sleep(0.2)
+                continue
+            seen.append(status)
+            if status == 200:
+                return seen
+            time.sleep(0.2)
+        raise AssertionError(f"not ready within {READY_WITHIN} s:\n{self.log()[-4000:]}")
+
+    def wait_exit(self) -> int:
+        try:
+            return self.process.wait(timeout=EXIT_WITHIN)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"still running {EXIT_WITHIN} s after the signal:\n{self.log()[-4000:]}") from None
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL to whatever of this process's own group is still alive."""
+        if _group_members(self.process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.poll()
+
+
+@pytest.fixture
+def exporter(pulsar_lite: PulsarLite, tmp_path: Path) -> Iterator[ExporterProcess]:
+    port = free_port()
+    config = tmp_path / "exporter.yaml"
+    config.write_text(_config_text(pulsar_lite, port))
+    proc = ExporterProcess(config, port, tmp_path / "exporter.log").start()
+    try:
+        yield proc
+    finally:
+        proc.kill_leftovers()
+
+
+def _assert_serves_pip_323(proc: ExporterProcess, topic: str) -> None:
+    # The backlog age is absent until a second cycle has seen the publish counter (it
+    # cannot be known before): wait for it, then check the whole body of that scrape.
+    deadline = time.monotonic() + READY_WITHIN
+    while True:
+        status, headers, body = proc.get("/metrics")
+        assert status == 200
+        metrics = Metrics(body.decode())
+        age = metrics.value("pulsar_storage_backlog_age_seconds", topic=topic)
+        if age is not None or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert age is not None and age >= 0, f"no backlog age in {READY_WITHIN} s"
+    assert headers["Content-Type"].startswith("text/plain")
+    for family, kind in PIP_323_TYPES.items():
+        assert f"# TYPE {family} {kind}\n" in metrics.text, family
+    assert metrics.value("pulsar_storage_backlog_quota_limit", topic=topic) == LIMIT_SIZE
+    assert metrics.value("pulsar_storage_backlog_quota_limit_time", topic=topic) == LIMIT_TIME
+    assert (metrics.value("pulsar_storage_backlog_size", topic=topic) or 0) > 0
+    checks = metrics.value("pulsar_storage_backlog_quota_check_duration_seconds_count",
+                           cluster=CLUSTER)
+    assert checks is not None and checks >= 2
+    for quota_type in ("size", "time"):  # exported at 0 before any eviction
+        assert metrics.value("pulsar_broker_storage_backlog_quota_exceeded_evictions_total",
+                             cluster=CLUSTER, quota_type=quota_type) == 0
+
+
+@pytest.mark.parametrize(("signum", "to_group"), [
+    pytest.param(signal.SIGTERM, False, id="SIGTERM-to-the-process"),
+    pytest.param(signal.SIGINT, True, id="SIGINT-to-its-group"),
+])
+def test_run_becomes_ready_serves_and_stops_cleanly_on_a_signal(
+        exporter: ExporterProcess, topic: str, signum: signal.Signals, to_group: bool) -> None:
+    seen = exporter.wait_ready()
+    # The server answers before the first cycle is published, and not ready until then.
+    assert seen[0] == 503 and seen[-1] == 200, seen
+    _assert_serves_pip_323(exporter, topic)
+
+    if to_group:
+        os.killpg(exporter.process.pid, signum)
+    else:
+        exporter.process.send_signal(signum)
+    status = exporter.wait_exit()
+
+    log = exporter.log()
+    assert status == 0, log[-4000:]
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", exporter.port), timeout=2).close()
+    assert "Traceback" not in log, log[-4000:]
+    assert re.search(r"^\S+ \S+ INFO exporter\.app: stopped cleanly", log, re.M), log[-4000:]
+    # Nothing of the exporter outlives it (the Spark JVM exits with its parent).
+    deadline = time.monotonic() + EXIT_WITHIN
+    while _group_members(exporter.process.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _group_members(exporter.process.pid) == []
+
+
+def test_config_error_exits_2_naming_the_file_and_each_key_path(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "broken.yaml"
+    config.write_text(
+        f"cluster: c\ncheck_interval: soon\nsources:\n  brokers:\n"
+        f"    - url: http://127.0.0.1:9/metrics\n      timout: 3s\n"
+        f"exposition: {{listen: '127.0.0.1:{port}'}}\n")
+    done = subprocess.run([str(SCRIPT), "run", "--config.file", str(config)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    errors = done.stderr.splitlines()
+    assert [line.split(": ", 2)[:2] for line in errors] == [
+        [str(config), "check_interval"], [str(config), "sources.brokers[0].timout"]], errors
+    assert "timeout" in errors[1]  # the did-you-mean
