@@ -128,8 +128,13 @@ class Decider:
         decisions, max_age = [], {}
         topics, namespaces, msg_in, bytes_in = _columns(
             agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total"))
+        # Our own usage-report topic is no backlog to check. pulsar-lite names it without
+        # its domain, so it arrives as persistent://: compare what follows the domain.
+        usage_topic = self.config.resource_group_engine.topic.partition("://")[2]
         for topic, ns, published_f, bytes_f in zip(topics, namespaces, msg_in, bytes_in,
                                                    strict=True):
+            if topic.partition("://")[2] == usage_topic:
+                continue
             published = _int(published_f)
             if published is not None:
                 self.ages.observe(topic, now, published)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from exporter import __version__
 from exporter.catalogue import CHECK_DURATION_BUCKETS
+from exporter.config import RetentionPolicy
 from exporter.decide import Decisions, GroupResult
 from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
 from exporter.exposition import HistogramValue, MetricSet, MetricSetBuilder
@@ -136,6 +137,11 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     if decisions is not None:
         for d in decisions.topics:
             _add_topic(b, c, d)
+            if d.quota.policy is RetentionPolicy.CONSUMER_BACKLOG_EVICTION:
+                # exist at 0 from the start, so a first eviction is an increase to alert on
+                for name in ("pulsar_storage_backlog_quota_exceeded_evictions_total",
+                             "pulsar_storage_backlog_quota_would_evict_total"):
+                    b.seed(name, cluster=c, namespace=d.namespace, topic=d.topic)
         for ns, age in decisions.namespace_max_age.items():
             b.add("pulsar_namespace_backlog_age_max_seconds", (c, ns), age)
         for g in decisions.groups:
