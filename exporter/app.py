@@ -350,6 +350,12 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
     log.info("serving on %s", server.url)
     ready(server.url)
     try:
+        if not scheduler.stopping:
+            # Spark's start (10 s and more) is no check: keep it out of the first check's
+            # duration, so a restart does not look like a slow check to the alert rules.
+            from exporter.pipeline.session import get_session
+
+            get_session(config.spark)
         scheduler.run()
     finally:
         exchange_stop.set()
