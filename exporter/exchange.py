@@ -1,9 +1,9 @@
 """The exporter's side of the usage exchange: wire reports in and out, and the translation
 between the transport's types and the engine's.
 
-Inbound, per cycle: drain the channel, decode, pass the gate (replays, spoofs, reports
+Inbound, per report round: drain the channel, decode, pass the gate (replays, spoofs, reports
 older than two intervals), then hand each entry to the engine; every rejection is counted
-by reason and logged once per cycle. Outbound: this cycle's report round, if it has
+by reason and logged once per round. Outbound: the round's report, if it has
 entries, goes out as one message; on a clean stop a goodbye does.
 """
 
@@ -97,7 +97,7 @@ class UsageExchange:
     def receive(self, now: float) -> Inbound:
         """Everything received since the last call. The age rule is applied as of the
         previous drain, the earliest a waiting report can have arrived: a report that was
-        fresh on arrival is not refused for the time it waited for a slow cycle."""
+        fresh on arrival is not refused for the time it waited for this round."""
         inbound, detail = Inbound(), ""
         arrived, self._last_drain = self._last_drain or now, now
         for payload in self.channel.drain():
@@ -120,7 +120,7 @@ class UsageExchange:
             else:
                 assert isinstance(outcome, Own)
         if inbound.rejected:
-            log.warning("usage reports rejected this cycle: %s (last: %s)",
+            log.warning("usage reports rejected this round: %s (last: %s)",
                         dict(inbound.rejected), detail)
         return inbound
 
