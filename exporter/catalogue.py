@@ -178,7 +178,8 @@ CATALOGUE: tuple[Metric, ...] = (
        "of its limit.",
        ("cluster", "broker", "resource"), U.RATIO, L),
     _m("pulsar_load_broker_overloaded", G,
-       "1 when the broker's highest resource usage exceeds the overload threshold.",
+       "1 when the broker's highest resource usage is at or above the overload threshold "
+       "(Pulsar sheds at it).",
        ("cluster", "broker"), U.NONE, L),
     _m("pulsar_load_broker_shed_ratio", G,
        "Fraction of the broker's traffic the load manager would shed: "
