@@ -143,7 +143,6 @@ def test_a_killed_participant_is_dropped_after_stale_after_and_its_share_taken_o
     took = fleet.wait_for("p-c dropped", lambda: fleet.peers_known("p-a") == 2
                           and fleet.peers_known("p-b") == 2, timeout=fleet.stale_after + 60)
     print(f"\nSIGKILL: dropped after {took:.1f}s (stale_after {fleet.stale_after}s)")
-    assert took >= fleet.stale_after - 2 * fleet.interval  # not before it went stale
     assert fleet.members["p-a"].sample("pulsar_quota_exporter_stale_peers_dropped_total") >= 1
     fleet.wait_for("p-a and p-b share the quota", lambda: converged(
         fleet, fleet.quota, ["p-a", "p-b"]), timeout=90)
