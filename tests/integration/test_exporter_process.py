@@ -243,3 +243,44 @@ def test_config_error_exits_2_naming_the_file_and_each_key_path(tmp_path: Path) 
     assert [line.split(": ", 2)[:2] for line in errors] == [
         [str(config), "check_interval"], [str(config), "sources.brokers[0].timout"]], errors
     assert "timeout" in errors[1]  # the did-you-mean
+
+
+def _reloads(proc: ExporterProcess, result: str) -> float:
+    _, _, body = proc.get("/metrics")
+    return Metrics(body.decode()).value("pulsar_quota_exporter_config_reloads_total",
+                                        cluster=CLUSTER, result=result) or 0.0
+
+
+def _wait_until(what: str, predicate, proc: ExporterProcess) -> None:
+    deadline = time.monotonic() + 60
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}; log:\n{proc.log()[-3000:]}"
+        time.sleep(0.5)
+
+
+def test_sighup_reloads_a_bad_edit_is_refused_and_a_good_one_applied(
+        exporter: ExporterProcess, topic: str) -> None:
+    exporter.wait_ready()
+    exporter.process.send_signal(signal.SIGHUP)  # same content: reloaded on request
+    _wait_until("SIGHUP reload counted", lambda: _reloads(exporter, "success") == 1, exporter)
+
+    good = exporter.config.read_text()
+    exporter.config.write_text(good.replace("limit_size: 1MiB", "limit_size: one MiB"))
+    _wait_until("bad edit refused", lambda: _reloads(exporter, "failure") == 1, exporter)
+    assert exporter.process.poll() is None
+    _, _, body = exporter.get("/metrics")
+    assert Metrics(body.decode()).value("pulsar_storage_backlog_quota_limit",
+                                        topic=topic) == LIMIT_SIZE  # the running config stays
+    assert 'backlog_quotas.namespaces["public/proc"].limit_size' in exporter.log()
+
+    exporter.config.write_text(good.replace("limit_size: 1MiB", "limit_size: 2MiB"))
+
+    def new_limit() -> bool:
+        _, _, body = exporter.get("/metrics")
+        return Metrics(body.decode()).value("pulsar_storage_backlog_quota_limit",
+                                            topic=topic) == 2 * LIMIT_SIZE
+
+    _wait_until("the edited limit applied without a restart", new_limit, exporter)
+    assert _reloads(exporter, "success") == 2
+    exporter.process.send_signal(signal.SIGTERM)
+    assert exporter.wait_exit() == 0
