@@ -113,14 +113,16 @@ class Exporter:
             self._logged_dry_run = seen
             return
         performed = set()
-        orders = self._not_yet_seen_by_broker(orders, decisions)
+        backlog_bytes = {(d.topic, s.subscription): s.backlog_bytes
+                         for d in decisions.topics for s in d.plan.size}
+        orders = self._not_yet_seen_by_broker(orders, backlog_bytes)
         for result in self.evictor.perform(orders):
             o = result.order
             if isinstance(result, Performed):
                 performed.add((namespaces[o.topic], o.topic, o.quota_type))
                 if o.messages is not None:
-                    self._size_cuts[(o.topic, o.subscription)] = self._backlog_bytes(
-                        decisions).get((o.topic, o.subscription))
+                    self._size_cuts[(o.topic, o.subscription)] = backlog_bytes.get(
+                        (o.topic, o.subscription))
                 log.info("evicted %s on %s (%s quota, %s)", o.subscription, o.topic,
                          o.quota_type, result.method.value)
             elif isinstance(result, Failed | Skipped):
@@ -130,18 +132,13 @@ class Exporter:
         for key in performed:  # one eviction per topic and quota type per check, as Pulsar
             self.tallies.evictions[key] += 1
 
-    @staticmethod
-    def _backlog_bytes(decisions: Decisions) -> dict[tuple[str, str], float]:
-        return {(d.topic, s.subscription): s.backlog_bytes
-                for d in decisions.topics for s in d.plan.size}
-
     def _not_yet_seen_by_broker(self, orders: list[EvictionOrder],
-                                decisions: Decisions) -> list[EvictionOrder]:
+                                now: dict[tuple[str, str], float]) -> list[EvictionOrder]:
         """Size cuts skip a number of messages, so repeating one on numbers the broker has
         not refreshed since (pulsar-lite's gauges lag by up to 5 s) would drop more than
         the quota asks. A size cut waits until the subscription's backlog has changed
-        since the last cut. Time cuts (a publish-time cutoff) are safe to repeat."""
-        now = self._backlog_bytes(decisions)
+        since the last cut. Time cuts (a publish-time cutoff) are safe to repeat. `now`:
+        this cycle's backlog bytes per (topic, subscription) with a size cut planned."""
         kept = []
         for o in orders:
             key = (o.topic, o.subscription)
@@ -236,18 +233,16 @@ class Exporter:
         t0 = time.perf_counter()
         now = self._clock()
         inbound = exchange.receive(now)
-        received, malformed, goodbyes = 0, 0, []
-        for report in inbound.admitted:
+        received, malformed = 0, 0
+        for report in inbound.admitted:  # in arrival order: a goodbye, then a restart
             if report.goodbye:
-                goodbyes.append(report.participant)
+                if self.decider.forget(report.participant):
+                    log.info("peer %s said goodbye", report.participant)
+                exchange.gate.forget(report.participant)
                 continue
             received += 1
             for entry in from_wire(report):
                 malformed += isinstance(self.decider.accept(entry, now), EntryRejected)
-        for peer in goodbyes:
-            if self.decider.forget(peer):
-                log.info("peer %s said goodbye", peer)
-            exchange.gate.forget(peer)
         if inbound.spoofed:
             self.decider.report_all_next()
         round_, dropped = self.decider.round(now)

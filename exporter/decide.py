@@ -11,7 +11,7 @@ import math
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from exporter.config import Config, MonitoringClass
 from exporter.engine.agetable import AgeTables, Estimate, Method
@@ -203,9 +203,9 @@ class Decider:
 
     def _group_results(self, own: Mapping[GroupKey, Usage], now: float,
                        ) -> tuple[GroupResult, ...]:
-        results = []
+        results, limits = [], {}
         for group in self.config.resource_groups.values():
-            per_class = {}
+            rows = []
             for cls in MonitoringClass:
                 key = (group.name, cls)
                 limit = group.limit(cls)
@@ -213,22 +213,20 @@ class Decider:
                 everyone = self.peer.usages(key, now)
                 if key in own:
                     everyone.setdefault(self.participant, own[key])
+                    limits[key] = self.peer.local_quota(key, quota, now)
                 cluster = (Usage(bytes=math.fsum(u.bytes for u in everyone.values()),
                                  messages=math.fsum(u.messages for u in everyone.values()))
                            if everyone else None)
-                local = self.peer.local_quota(key, quota, now) if key in own else None
-                if local is not None:
-                    self._limits[key] = local
                 peers = {p: u for p, u in everyone.items() if p != self.participant}
-                per_class[cls] = (quota, own.get(key), cluster, local, peers)
-            rates = {cls: ObservedRates(v[2].messages, v[2].bytes)
-                     for cls, v in per_class.items() if v[2] is not None}
+                rows.append(GroupResult(group.name, cls, quota, own.get(key), cluster,
+                                        limits.get(key), None, peers))
+            rates = {g.monitoring_class: ObservedRates(g.cluster_usage.messages,
+                                                       g.cluster_usage.bytes)
+                     for g in rows if g.cluster_usage is not None}
             throttles = {t.monitoring_class: t for t in resource_group_throttle(
                 group, rates, self.config.check_interval)}
-            for cls, (quota, usage, cluster, local, peers) in per_class.items():
-                results.append(GroupResult(group.name, cls, quota, usage, cluster, local,
-                                           throttles.get(cls), peers))
-        self._limits = {k: v for k, v in self._limits.items() if k in own}
+            results += [replace(g, throttle=throttles.get(g.monitoring_class)) for g in rows]
+        self._limits = limits  # the limits we run under, carried by our next report
         return tuple(results)
 
     # --- the cycle ------------------------------------------------------------------------

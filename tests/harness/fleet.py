@@ -24,7 +24,7 @@ from pathlib import Path
 import pulsar
 import yaml
 
-from tests.harness.pulsar import PulsarLite, free_port
+from tests.harness.pulsar import Metrics, PulsarLite, free_port
 
 RG = "rg-shared"
 TENANT = "public"
@@ -69,32 +69,13 @@ class Member:
         except OSError:
             return None
 
-    def metrics(self) -> str:
+    def scrape(self) -> Metrics:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def group(self) -> dict | None:
-        status = self.status()
-        for g in (status or {}).get("resource_groups", []):
-            if g["resource_group"] == RG and g["monitoring_class"] == "publish":
-                return g
-        return None
-
-    def local_quota(self) -> float | None:
-        g = self.group()
-        if g is None or g["local_quota"] is None:
-            return None
-        return g["local_quota"]["messages_per_second"]
+            return Metrics(r.read().decode())
 
     def sample(self, name: str, **labels: str) -> float | None:
-        """One sample of this exporter's /metrics (labels must match exactly the given ones)."""
-        for line in self.metrics().splitlines():
-            if not line.startswith(name + "{") and not line.startswith(name + " "):
-                continue
-            head, _, value = line.rpartition(" ")
-            if all(f'{k}="{v}"' in head for k, v in labels.items()):
-                return float(value)
-        return None
+        """The one sample of `name` matching `labels` (None: absent or ambiguous)."""
+        return self.scrape().value(name, **labels)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

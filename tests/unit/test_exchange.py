@@ -7,7 +7,7 @@ import math
 from exporter.config import MonitoringClass
 from exporter.engine.usage import Usage, UsageReport
 from exporter.exchange import from_wire, to_wire
-from exporter.transport.codec import decode, encode
+from exporter.transport.codec import WireReport, decode, encode
 
 
 def test_reports_survive_the_wire_with_unlimited_dimensions_kept_apart():
@@ -28,6 +28,7 @@ def test_reports_survive_the_wire_with_unlimited_dimensions_kept_apart():
     assert back[2].limit is None and back[2].usage == reports[2].usage
 
 
-def test_a_round_without_entries_decodes_to_none():
-    wire = to_wire("p1", 8, 1_700_000_000.0, [])
-    assert from_wire(decode(encode(wire))) == []
+def test_a_goodbye_survives_the_wire_and_carries_no_usage():
+    wire = decode(encode(WireReport("p1", 8, 1_700_000_000.0, (), goodbye=True)))
+    assert wire.goodbye and wire.participant == "p1" and wire.sequence == 8
+    assert from_wire(wire) == []
