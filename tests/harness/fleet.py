@@ -69,6 +69,19 @@ class Member:
         except OSError:
             return None
 
+    def group(self) -> dict | None:
+        status = self.status()
+        for g in (status or {}).get("resource_groups", []):
+            if g["resource_group"] == RG and g["monitoring_class"] == "publish":
+                return g
+        return None
+
+    def local_quota(self) -> float | None:
+        g = self.group()
+        if g is None or g["local_quota"] is None:
+            return None
+        return g["local_quota"]["messages_per_second"]
+
     def scrape(self) -> Metrics:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as r:
             return Metrics(r.read().decode())
