@@ -192,7 +192,10 @@ class Exporter:
             with self._tally_lock:
                 if self.tallies.exchange_seconds is not None:
                     stages["transport"] = self.tallies.exchange_seconds
-                facts = CycleFacts(self.config.cluster, now, stages, self._last_success)
+                engine = self.config.resource_group_engine
+                facts = CycleFacts(self.config.cluster, now, stages, self._last_success,
+                                   self.config.check_interval, engine.report_interval,
+                                   engine.max_report_gap)
                 metrics = build(facts, decisions, snapshot.health, self.tallies,
                                 self.decider.participant)
             body = render(metrics, topic_level=self.config.exposition.topic_level)

@@ -83,6 +83,12 @@ class ResourceGroupEngine:
     stale_after: float = 600.0
     allocator: Allocator = Allocator.PULSAR
 
+    @property
+    def max_report_gap(self) -> float:
+        """The longest a live participant goes between reports: a report is forced after
+        max_suppressed_rounds suppressed ones."""
+        return self.report_interval * (self.max_suppressed_rounds + 1)
+
 
 @dataclass(frozen=True)
 class LoadManager:

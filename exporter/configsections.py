@@ -152,8 +152,7 @@ def resource_group_engine(r: Reader, value: object) -> ResourceGroupEngine:
         stale_after=r.get(m, "stale_after", path, cv.duration, d.stale_after),
         allocator=r.get(m, "allocator", path, cv.choice(Allocator, "allocator"), d.allocator),
     )
-    # forced after max_suppressed_rounds, and read up to one round after it arrives
-    silent = engine.report_interval * (engine.max_suppressed_rounds + 1)
+    silent = engine.max_report_gap
     if engine.stale_after <= silent:
         r.error(
             f"{path}.stale_after",

@@ -51,12 +51,16 @@ class Tallies:
 
 @dataclass(frozen=True)
 class CycleFacts:
-    """What the check loop measured about the cycle itself."""
+    """What the check loop measured about the cycle itself, and the cadence it runs at
+    (exported so that alert rules compare with this deployment's settings, not defaults)."""
 
     cluster: str
     now: float
     stage_seconds: Mapping[str, float]
     last_success_at: float | None
+    check_interval: float
+    report_interval: float
+    report_max_gap: float
 
 
 def _finite(v: float | None) -> bool:
@@ -169,6 +173,9 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     for result, n in tallies.reloads.items():
         b.add("pulsar_quota_exporter_config_reloads_total", (c, result), n)
     b.add("pulsar_quota_exporter_cycles_skipped_total", (c,), tallies.cycles_skipped)
+    b.add("pulsar_quota_exporter_check_interval_seconds", (c,), facts.check_interval)
+    b.add("pulsar_quota_exporter_usage_report_interval_seconds", (c,), facts.report_interval)
+    b.add("pulsar_quota_exporter_usage_report_max_gap_seconds", (c,), facts.report_max_gap)
     b.set_histogram("pulsar_storage_backlog_quota_check_duration_seconds", (c,),
                     tallies.check_duration)
     _add_health(b, c, health, tallies, facts.now)

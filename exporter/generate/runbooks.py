@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from exporter.catalogue import Domain
 from exporter.generate import alerts as alert_rules
 from exporter.generate.thresholds import DEFAULT, Thresholds, percent, template_environment
-from exporter.units import format_duration as dur
 
 BEGIN = "<!-- BEGIN GENERATED RUNBOOKS -->"
 END = "<!-- END GENERATED RUNBOOKS -->"
@@ -84,7 +83,7 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
             mitigate="Before turning enforcement on, make sure these topics are meant to evict.",
         ),
         "PulsarBacklogQuotaCheckSlow": Runbook(
-            impact=f"A check taking longer than the {dur(t.check_interval)} interval makes the "
+            impact="A check taking longer than the check interval makes the "
             "next one skip (`pulsar_quota_exporter_cycles_skipped_total`): quotas are checked "
             "and enforced less often than configured.",
             diagnose="Exporter health dashboard: which stage takes the time "
@@ -92,7 +91,7 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
             "(`pulsar_quota_exporter_topics`), slow sources (staleness).",
             mitigate="Give the Spark pipeline more cores or a cluster (`spark.master`), turn "
             "off topic-level series (`exposition.topic_level: false`), or lengthen "
-            "`check_interval` (then regenerate the alerts with the new interval).",
+            "`check_interval` (a restart applies it; the rule follows by itself).",
         ),
         "PulsarResourceGroupSaturated": Runbook(
             impact="The group's producers or consumers are throttled to its quota.",
@@ -112,8 +111,8 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
             "`pulsar` allocator stuck on an uneven split, consider `allocator: fair`.",
         ),
         "PulsarResourceGroupUsageReportsStale": Runbook(
-            impact=f"The quota split uses the participant's old usage; after "
-            f"{dur(t.stale_after)} it is dropped and its share goes to the others.",
+            impact="The quota split uses the participant's old usage; after "
+            "`stale_after` it is dropped and its share goes to the others.",
             diagnose="Is the participant's exporter up (PulsarQuotaExporterDown)? Can it "
             "publish to the usage topic (`resource_group_engine.topic`)? Its "
             "`pulsar_quota_exporter_usage_reports_sent_total` should grow.",

@@ -196,6 +196,12 @@ def _assert_serves_pip_323(proc: ExporterProcess, topic: str) -> None:
     for quota_type in ("size", "time"):  # exported at 0 before any eviction
         assert metrics.value("pulsar_broker_storage_backlog_quota_exceeded_evictions_total",
                              cluster=CLUSTER, quota_type=quota_type) == 0
+    # the cadence the alert rules compare with: this config's, not the defaults
+    assert metrics.value("pulsar_quota_exporter_check_interval_seconds", cluster=CLUSTER) == 2
+    assert metrics.value("pulsar_quota_exporter_usage_report_interval_seconds",
+                         cluster=CLUSTER) == 60
+    assert metrics.value("pulsar_quota_exporter_usage_report_max_gap_seconds",
+                         cluster=CLUSTER) == 360
 
 
 @pytest.mark.parametrize(("signum", "to_group"), [

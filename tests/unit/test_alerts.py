@@ -267,7 +267,7 @@ def rule_of(thresholds: Thresholds, name: str) -> gen.Alert:
 
 
 def test_thresholds_reach_the_expression_and_the_description():
-    t = DEFAULT.with_(backlog_near_ratio=0.7, rg_overshoot_ratio=1.25, check_interval=120,
+    t = DEFAULT.with_(backlog_near_ratio=0.7, rg_overshoot_ratio=1.25, check_slow_fraction=0.25,
                       exporter_job="pulsar-qe", rg_saturated_for=900)
     near = rule_of(t, "PulsarBacklogAgeNearQuota")
     assert re.search(r">=\s*0\.7\b", near.expr) and "(warning from 70%)" in near.annotations[
@@ -275,13 +275,28 @@ def test_thresholds_reach_the_expression_and_the_description():
     over = rule_of(t, "PulsarResourceGroupQuotaOvershoot")
     assert re.search(r">\s*1\.25\b", over.expr) and "(125%)" in over.annotations["description"]
     slow = rule_of(t, "PulsarBacklogQuotaCheckSlow")
-    assert re.search(r">\s*60(\.0)?\s*$", slow.expr.strip())
-    assert "of the 2m check interval (1m)" in slow.annotations["description"]
+    assert re.search(r">\s*0\.25 \* pulsar_quota_exporter_check_interval_seconds$",
+                     slow.expr.strip())
+    assert "above 25% of its check interval" in slow.annotations["description"]
     assert 'up{job="pulsar-qe"}' in rule_of(t, "PulsarQuotaExporterDown").expr
     saturated = rule_of(t, "PulsarResourceGroupSaturated")
     assert saturated.for_ == "15m" and "for 15m" in saturated.annotations["description"]
     default_near = rule_of(DEFAULT, "PulsarBacklogAgeNearQuota")
     assert "(warning from 80%)" in default_near.annotations["description"]
+
+
+def test_rules_on_the_exporters_cadence_read_it_from_its_metrics_not_the_thresholds():
+    # a deployment with other intervals needs no regenerated rules: the exporter exports them
+    other = DEFAULT.with_(check_interval=15.0, report_interval=10.0, max_suppressed_rounds=2,
+                          stale_after=120.0)
+    for name, gauge in (
+        ("PulsarBacklogQuotaCheckSlow", "pulsar_quota_exporter_check_interval_seconds"),
+        ("PulsarQuotaExporterCyclesStalled", "pulsar_quota_exporter_check_interval_seconds"),
+        ("PulsarResourceGroupUsageReportsStale",
+         "pulsar_quota_exporter_usage_report_max_gap_seconds"),
+    ):
+        assert gauge in rule_of(DEFAULT, name).expr
+        assert rule_of(other, name) == rule_of(DEFAULT, name)
 
 
 def test_thresholds_follow_a_deployments_config():

@@ -217,22 +217,30 @@ def rendered(slug: str, thresholds) -> dict:
 def test_threshold_lines_come_from_the_thresholds_object(docs):
     backlog, groups = docs["backlog-quotas.json"], docs["resource-groups.json"]
     assert steps_of(backlog, "Backlog age against the time quota") == [0.8, 1]
-    assert steps_of(backlog, "Check duration against the check interval") == [30.0, 60.0]
     assert steps_of(groups, "Utilisation per resource group and class") == [0.95, 1.1]
-    assert steps_of(groups, "Usage report age per participant") == [420.0, 600.0]
+    assert steps_of(groups, "Usage report age per participant") == [600.0]
     assert steps_of(docs["load.json"], "Highest resource usage per broker") == [0.85]
-    t = DEFAULT.with_(backlog_near_ratio=0.7, check_interval=120.0, rg_saturated_ratio=0.9,
-                      overload_ratio=0.75)
+    t = DEFAULT.with_(backlog_near_ratio=0.7, check_slow_fraction=0.25, rg_saturated_ratio=0.9,
+                      overload_ratio=0.75, cycle_stalled_intervals=5)
     assert steps_of(rendered("backlog-quotas", t), "Backlog size against the size quota") == [
         0.7, 1]
-    assert steps_of(rendered("backlog-quotas", t),
-                    "Check duration against the check interval") == [60.0, 120.0]
     assert steps_of(rendered("resource-groups", t),
                     "Utilisation per resource group and class") == [0.9, 1.1]
     assert steps_of(rendered("load", t), "Highest resource usage per broker") == [0.75]
-    assert "(6m, the red line)" in next(  # 3 intervals of 2m
-        p["description"] for p in panels(rendered("exporter-health", t))
-        if p["title"] == "Time since the last completed cycle")
+    # lines on the exporter's cadence are drawn from the settings it exports (dashed series)
+    slow = panel_of(rendered("backlog-quotas", t), "Check duration against the check interval")
+    assert steps_of(rendered("backlog-quotas", t), slow["title"]) == []
+    assert [x["expr"] for x in slow["targets"]][3:] == [
+        '0.25 * max(pulsar_quota_exporter_check_interval_seconds{cluster=~"$cluster"})',
+        'max(pulsar_quota_exporter_check_interval_seconds{cluster=~"$cluster"})']
+    stalled = panel_of(rendered("exporter-health", t), "Time since the last completed cycle")
+    assert stalled["targets"][1]["expr"] == (
+        '5 * max(pulsar_quota_exporter_check_interval_seconds{cluster=~"$cluster"})')
+    assert "5 check intervals (dashed)" in stalled["description"]
+
+
+def panel_of(doc: dict, title: str) -> dict:
+    return next(p for p in panels(doc) if p["title"] == title)
 
 
 def test_sel_refuses_what_the_catalogue_lacks():
