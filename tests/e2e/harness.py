@@ -23,12 +23,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
+from tests.harness.loopback import LoopbackHTTP
 from tests.harness.pulsar import PulsarLite, free_port
 from tests.replay.metrics_replay import MetricsReplayServer
 
@@ -159,13 +160,10 @@ class WebhookReceiver:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._received: list[Notification] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._server = LoopbackHTTP(self._handler())
 
     def url(self, path: str) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/{path.lstrip('/')}"
+        return f"{self._server.url}/{path.lstrip('/')}"
 
     @property
     def received(self) -> list[Notification]:
@@ -173,17 +171,11 @@ class WebhookReceiver:
             return list(self._received)
 
     def start(self) -> WebhookReceiver:
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="webhook", daemon=True)
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._server.server_close()
+        self._server.stop()
 
     def wait_for(self, match: Callable[[Notification], bool], *, timeout: float,
                  what: str) -> Notification:

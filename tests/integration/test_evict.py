@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pulsar
@@ -37,6 +36,7 @@ from exporter.actions.evict import (
 )
 from exporter.catalogue import EVICTION_FAILURE_REASONS
 from exporter.config import AdminSource, BrokerSource, Config, Sources
+from tests.harness.loopback import LoopbackHTTP
 from tests.harness.pulsar import PulsarLite, pulsar_lite_fixture
 
 pulsar_lite = pulsar_lite_fixture()
@@ -282,16 +282,9 @@ def recorder() -> Iterator[AdminRecorder]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    rec.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with LoopbackHTTP(Handler) as server:
+        rec.url = server.url
         yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 TOPIC = "persistent://my-tenant/my-ns/orders v2"

@@ -30,10 +30,12 @@ import json
 import threading
 from dataclasses import dataclass
 from enum import StrEnum
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from itertools import pairwise
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from tests.harness.loopback import LoopbackHTTP
 
 FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 TOPIC_STATS_4_0 = "apache-pulsar-4.0-topic-stats.json"
@@ -112,15 +114,11 @@ class AdminReplayServer:
         self._faults: dict[str, Fault] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
-                                        daemon=True)
+        self._server = LoopbackHTTP(self._handler())
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._server.url
 
     def set_route(self, path: str, doc: object) -> None:
         self.routes[path] = json.dumps(doc).encode()
@@ -144,14 +142,12 @@ class AdminReplayServer:
             return next((f for p, f in self._faults.items() if path.startswith(p)), None)
 
     def start(self) -> AdminReplayServer:
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        self._stopping.set()  # hung and slow answers return at once
+        self._server.stop()
 
     def __enter__(self) -> AdminReplayServer:
         return self.start()

@@ -16,8 +16,10 @@ tell that the exporter really read it.
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+
+from tests.harness.loopback import LoopbackHTTP
 
 FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 BROKER_METRICS_2_12 = "apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt"
@@ -32,14 +34,11 @@ class MetricsReplayServer:
         self.body = path.read_bytes()  # read once: a missing fixture fails at construction
         self._lock = threading.Lock()
         self._requests = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._server = LoopbackHTTP(self._handler(), port)
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/metrics"
+        return f"{self._server.url}/metrics"
 
     @property
     def requests(self) -> int:
@@ -48,17 +47,11 @@ class MetricsReplayServer:
             return self._requests
 
     def start(self) -> MetricsReplayServer:
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="metrics-replay", daemon=True)
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._server.server_close()
+        self._server.stop()
 
     def __enter__(self) -> MetricsReplayServer:
         return self.start()

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,7 @@ from exporter.sources.brokers import (
     spool_name,
 )
 from exporter.sources.model import ScrapeError, SourceKind
+from tests.harness.loopback import LoopbackHTTP
 
 FIXTURE = (Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
            / "apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt")
@@ -72,16 +73,11 @@ class MetricsServer:
                 server.request_headers.append(dict(self.headers.items()))
                 server.reply(self)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
-        self.thread.start()
+        self.server = LoopbackHTTP(Handler).start()
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/metrics"
+        return f"{self.server.url}/metrics"
 
     def sleep(self, seconds: float) -> Reply:
         def reply(h: BaseHTTPRequestHandler) -> None:
@@ -92,9 +88,7 @@ class MetricsServer:
 
     def stop(self) -> None:
         self.stopping.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+        self.server.stop()
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from exporter.config import AdminSource, BrokerSource, Sources
 from exporter.sources.collector import SourceCollector
 from exporter.sources.model import ScrapeError, SourceKind
+from tests.harness.loopback import LoopbackHTTP
 from tests.replay.admin_replay import TOPIC, AdminReplayServer, Fault
 
 BODY = (Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
@@ -33,13 +34,8 @@ class Metrics(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def broker_url():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/metrics"
-    httpd.shutdown()
-    httpd.server_close()
+    with LoopbackHTTP(Metrics) as server:
+        yield f"{server.url}/metrics"
 
 
 @pytest.fixture
