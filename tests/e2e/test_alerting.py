@@ -65,6 +65,17 @@ def _alert(n: Notification, name: str, topic: str, status: str) -> dict[str, Any
                  and a["labels"].get("topic") == topic and a.get("status") == status), None)
 
 
+def _wait_for_alert(scenario: Scenario, name: str, topic: str, status: str,
+                    ) -> tuple[Notification, dict[str, Any]]:
+    """The first notification carrying `name` for `topic` in `status`, and that alert."""
+    notification = scenario.webhook.wait_for(
+        lambda n: _alert(n, name, topic, status) is not None,
+        timeout=300, what=f"{name} for {topic} {status} at the webhook")
+    alert = _alert(notification, name, topic, status)
+    assert alert is not None
+    return notification, alert
+
+
 def test_every_generated_rule_is_loaded_and_evaluates(scenario: Scenario) -> None:
     expected = set(_rules())
     prometheus = scenario.prometheus
@@ -90,13 +101,9 @@ def test_recurring_evictions_open_a_ticket_not_a_page(scenario: Scenario) -> Non
     poll(lambda: prometheus.instant(f"{counter} >= 1"), timeout=300, interval=1.0,
          what=f"a size eviction of {topic} in Prometheus", show=scenario.diagnostics)
     scenario.broker.produce(topic, 100, 1000)  # producers go on: the backlog grows again
-    notification = scenario.webhook.wait_for(
-        lambda n: _alert(n, EVICTION_ALERT, topic, "firing") is not None,
-        timeout=300, what=f"{EVICTION_ALERT} for {topic} at the webhook")
+    notification, alert = _wait_for_alert(scenario, EVICTION_ALERT, topic, "firing")
     assert notification.path == "/ticket"
     assert notification.payload["receiver"] == "ticket"
-    alert = _alert(notification, EVICTION_ALERT, topic, "firing")
-    assert alert is not None
     assert alert["labels"]["severity"] == "warning"
     assert alert["labels"]["quota_type"] == "size"
     assert alert["labels"]["cluster"] == work.cluster
@@ -111,10 +118,7 @@ def test_stalled_backlog_pages_over_its_time_quota_and_resolves_after_catch_up(
     topic = work.stalled_topic
     rule = _rules()[AGE_ALERT]
 
-    firing = webhook.wait_for(lambda n: _alert(n, AGE_ALERT, topic, "firing") is not None,
-                              timeout=300, what=f"{AGE_ALERT} for {topic} firing at the webhook")
-    alert = _alert(firing, AGE_ALERT, topic, "firing")
-    assert alert is not None
+    firing, alert = _wait_for_alert(scenario, AGE_ALERT, topic, "firing")
 
     # Routed as the example says: critical pages, grouped by cluster and namespace.
     assert firing.path == "/pager"
@@ -155,13 +159,9 @@ def test_stalled_backlog_pages_over_its_time_quota_and_resolves_after_catch_up(
     # The consumer catches up: everything is acknowledged and the page resolves.
     caught_up = scenario.broker.consume_all(topic, work.stalled_subscription)
     assert caught_up == work.stalled_messages
-    resolved = webhook.wait_for(
-        lambda n: _alert(n, AGE_ALERT, topic, "resolved") is not None,
-        timeout=300, what=f"{AGE_ALERT} for {topic} resolved at the webhook")
+    resolved, ended = _wait_for_alert(scenario, AGE_ALERT, topic, "resolved")
     assert resolved.path == "/pager"
     assert resolved.payload["status"] == "resolved"
-    ended = _alert(resolved, AGE_ALERT, topic, "resolved")
-    assert ended is not None
     assert ended["labels"] == labels
     assert _timestamp(ended["endsAt"]) > _timestamp(ended["startsAt"])
     assert webhook.received.index(resolved) > webhook.received.index(firing)
