@@ -1,9 +1,9 @@
 """A REPLAY of Apache Pulsar's admin REST v2 for tests — recorded JSON, not a broker.
 
-Apache Pulsar cannot run here (DESIGN.md, "Real components"), so `AdminReplayServer` serves
-the recorded real outputs in `/work/shared/fixtures` (read at start from `../shared/fixtures`
-relative to the repository; documented in its SOURCES.md), byte for byte, at the paths the
-admin API uses:
+A replay shows what the brokers the tests start cannot: the output of other Apache Pulsar
+versions, as Pulsar itself wrote it. `AdminReplayServer` serves the recorded real outputs in
+tests/fixtures (read at start; their provenance is in its SOURCES.md), byte for byte, at the
+paths the admin API uses:
 
   GET …/persistent/public/default/Fibonacci/stats
       ← apache-pulsar-4.0-topic-stats.json (`pulsar-admin topics stats` of that topic)
@@ -35,9 +35,9 @@ from itertools import pairwise
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from tests.harness.fixtures import FIXTURES
 from tests.harness.loopback import LoopbackHTTP
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 TOPIC_STATS_4_0 = "apache-pulsar-4.0-topic-stats.json"
 PARTITIONED_STATS_DOCS = "apache-pulsar-2.x-partitioned-stats-DOCS-EXAMPLE.json"
 

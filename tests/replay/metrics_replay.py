@@ -1,11 +1,12 @@
 """A REPLAY of an Apache Pulsar broker's /metrics for tests — a recorded body, not a broker.
 
-Apache Pulsar cannot run here (DESIGN.md, "Real components"). `MetricsReplayServer` stands
-in for one of its brokers' /metrics endpoints by serving, byte for byte and on every
-request, the real body recorded from Pulsar's own CI test broker:
+A replay shows what the brokers the tests start cannot: the output of another Apache Pulsar
+version, as Pulsar itself wrote it. `MetricsReplayServer` stands in for one broker's /metrics
+endpoint by serving, byte for byte and on every request, the real body recorded from Pulsar's
+own CI test broker:
 
   GET /metrics  ← apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt
-                  (`/work/shared/fixtures`, see its SOURCES.md: cluster="test",
+                  (tests/fixtures, see its SOURCES.md: cluster="test",
                   namespace-level series only, no topic labels)
 
 Everything else is 404. Being a replay, the counters never move; an exporter that reads it
@@ -19,9 +20,9 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+from tests.harness.fixtures import FIXTURES
 from tests.harness.loopback import LoopbackHTTP
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
 BROKER_METRICS_2_12 = "apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what Pulsar's broker sends
 

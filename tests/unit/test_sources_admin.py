@@ -1,6 +1,6 @@
 """The admin REST client against `AdminReplayServer` (recorded Apache Pulsar JSON).
 
-Expected values are read off the recorded fixtures (shared/fixtures/SOURCES.md lists them),
+Expected values are read off the recorded fixtures (tests/fixtures/SOURCES.md lists them),
 never computed by the code under test.
 """
 
@@ -28,9 +28,9 @@ from exporter.sources.admin import (
 )
 from exporter.sources.brokers import Failed, FetchFailure
 from exporter.sources.model import ScrapeError, SourceKind
+from tests.harness.fixtures import FIXTURES
 from tests.replay.admin_replay import (
     BOUNDARIES,
-    FIXTURES,
     PARTITIONED_STATS_DOCS,
     PARTITIONED_TOPIC,
     TOPIC,
