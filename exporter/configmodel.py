@@ -92,7 +92,7 @@ class ResourceGroupEngine:
 
 @dataclass(frozen=True)
 class LoadManager:
-    """Pulsar's load-balancer defaults (broker.conf, seed 004)."""
+    """Pulsar's load-balancer defaults (`loadBalancer*` in broker.conf)."""
 
     overload_threshold_percent: float = 85.0
     shed_margin_percent: float = 5.0

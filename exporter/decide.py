@@ -53,7 +53,7 @@ class Decisions:
     groups: tuple[GroupResult, ...]
     peer_ages: Mapping[str, float] = field(default_factory=dict)  # peer → seconds since report
     participants: int = 1  # known, ourselves included
-    load: LoadResult | None = None  # load verdicts (seed 004)
+    load: LoadResult | None = None  # load verdicts (Pulsar's OverloadShedder rules)
 
 
 def _columns(table, names: tuple[str, ...]) -> list[list]:

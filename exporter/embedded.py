@@ -2,7 +2,7 @@
 TOML, so /metrics lands on a known address. The demo runs one; the test harness
 (tests/harness/pulsar.py) builds its workload and /metrics helpers on this class.
 
-`pulsar_lite.start_broker` cannot choose the metrics address (notes/pulsar-lite.md), and its
+`pulsar_lite.start_broker` cannot choose the metrics address (pulsar-lite 0.2), and its
 default would listen on 0.0.0.0:8080; hence the binary. Everything about the process
 (binary lookup, TOML, free ports, start / wait-ready / stop / restart) lives here, once.
 """

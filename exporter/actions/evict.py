@@ -8,7 +8,7 @@ Two ways to the cluster, chosen by `evictor_for(config)`:
   the subscription as a `Shared` consumer, then `seek(publish_time_ms)` for a cut-off, or
   receive and individually acknowledge N messages for a skip (Shared forbids cumulative acks).
 
-Why the binary path looks before it leaps (measured on pulsar-lite 0.2, notes/pulsar-lite.md):
+Why the binary path looks before it leaps (measured on pulsar-lite 0.2):
 - Subscribing creates missing topics *and* subscriptions, so a missing one cannot be detected
   by attaching, and attaching would leave a durable subscription behind that grows a backlog.
   A probe of the brokers' /metrics (`pulsar_subscription_consumers_count`) says whether it exists

@@ -6,7 +6,7 @@ runs it on the same reports, so all arrive at the same split without a leader (P
 - "pulsar": Pulsar's `ResourceQuotaCalculatorImpl.computeLocalQuota` on real numbers
   (no float32, no truncation; `resourcegroups.compute_local_quota` is the exact form).
   my + (Q − T)·my/T is Q·my/T: shares stay proportional to *usage*, so a participant
-  throttled at a small limit uses exactly that limit and is handed it again. Seed 000's
+  throttled at a small limit uses exactly that limit and is handed it again. PIP-82's
   80/20 case (quota 100, both wanting more) never moves, and a participant that joins
   with limit 1 (Pulsar's floor for zero usage) stays at 1.
 - "fair": max-min fair share of the quota over *estimated* demands (below).
@@ -79,10 +79,10 @@ def proportional_share(quota: float, my_usage: float, all_usages: Sequence[float
 
 
 def pip82_additive_share(quota: float, my_usage: float, all_usages: Sequence[float]) -> float:
-    """PIP-82's first suggestion (seed 000): under quota, *each* participant adds the whole
+    """PIP-82's first suggestion: under quota, *each* participant adds the whole
     unused remainder to its usage (10/50/30 of 100 → 20/60/40, "passing the set quota" in
     the short term); over quota it cuts proportionally, "the opposite" of the split.
-    Kept to check the seed's worked example; Pulsar implemented the proportional split."""
+    Kept to check PIP-82's worked example; Pulsar implemented the proportional split."""
     total = math.fsum(all_usages)
     if quota < 0:
         return -1.0
@@ -145,7 +145,7 @@ def fair_shares(quota: float, reports: Mapping[K, Observed]) -> dict[K, float]:
        unpinned participant gets up to MARGIN above its usage (never beyond its fair
        share), an idle one a seed; then a pinned participant that the floors kept below
        its fair share is probed toward it, PROBE × quota in all. That probe is what lets
-       seed 000's 80/20 state move: 80/20 → 80/25 → 50/50.
+       PIP-82's 80/20 state move: 80/20 → 80/25 → 50/50.
 
     Laws (tested): quota ≤ Σ limits ≤ quota × (1 + HEADROOM); if Σ usage ≤ quota, every
     limit ≥ that participant's usage.

@@ -4,7 +4,7 @@ The exporter does not move bundles; it reports what Apache Pulsar's load manager
 decide from the same numbers, so operators see the verdict before (or instead of) the
 broker acting on it. Semantics follow Pulsar's `OverloadShedder` and the bundle-split
 strategy (`BundleSplitterTask` / `DefaultNamespaceBundleSplitStrategyImpl`), with the
-thresholds of `exporter.config.LoadManager` (seed 004: broker.conf defaults).
+thresholds of `exporter.config.LoadManager` (broker.conf's `loadBalancer*` defaults).
 
 Units: resource usage in percent of its limit (Pulsar's `ResourceUsage.percentUsage()`,
 the value of the broker's `pulsar_lb_*_usage` gauges); rates per second; throughput in
@@ -191,10 +191,11 @@ def broker_verdict(
 
     Overloaded when the most used resource is *at or above* the threshold (Pulsar skips
     a broker only while `usage < threshold`). The fraction of traffic to shed is
-    `(usage − threshold) + margin` (seed 004: 95 % CPU, 85 % threshold, 5 % margin →
-    15 %). Bundles not in `recently_unloaded` (Pulsar's shedding grace period) are taken
-    highest throughput first until they carry at least that share of the broker's
-    throughput, and always at least one. A broker owning a single bundle is never shed.
+    `(usage − threshold) + margin` (Pulsar's load-balance docs, "Shed load automatically":
+    95 % CPU, 85 % threshold, 5 % margin → 15 %). Bundles not in `recently_unloaded`
+    (Pulsar's shedding grace period) are taken highest throughput first until they carry at
+    least that share of the broker's throughput, and always at least one. A broker owning a
+    single bundle is never shed.
     """
     resource, usage = load.max_usage()
     throughput = sum(b.throughput for b in load.bundles)

@@ -1,6 +1,6 @@
 """Client throttle model: how long a rate limiter would hold a client over its quota.
 
-Kafka's rule (seed 003, `ClientQuotaManager.throttleTime` / `QuotaUtils`): a client
+Kafka's rule (its docs' "Quotas", `ClientQuotaManager.throttleTime` / `QuotaUtils`): a client
 observed at rate O over a window W, with quota T, is delayed by X such that the rate over
 the stretched window is back at quota, O·W = T·(W + X), so X = (O − T) / T · W.
 We export that delay for each resource group over its (cluster-wide) quota, so operators

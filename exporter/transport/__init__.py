@@ -4,9 +4,10 @@
 - `gate`: per-peer admission — own echo, spoofed, too old, replayed (pure, time passed in);
 - `channel`: the producer and reader on the topic, reconnecting with back-off (I/O).
 
-Transport never imports the engine (DESIGN.md): the cycle converts between `WireReport`
-entries and the engine's `UsageReport`s. `channel` is not imported here so that the pure
-parts load without pulsar-client; import `exporter.transport.channel` where it is needed.
+Transport never imports the engine, so each can change alone: the cycle converts between
+`WireReport` entries and the engine's `UsageReport`s. `channel` is not imported here so that
+the pure parts load without pulsar-client; import `exporter.transport.channel` where it is
+needed.
 """
 
 from exporter.transport.codec import (

@@ -3,8 +3,9 @@ receiver inside the test, for the end-to-end tests.
 
 Each process runs in its own session (process group) with its own config and data dir under
 the test's tmp dir, and is stopped by signalling that group: the exporter's JVM (Spark)
-goes with it. Binaries come from the Debian packages (notes/tooling.md §1); a missing one
-raises `ComponentMissing`, so the tests fail rather than skip.
+goes with it. Binaries come from the Debian packages `prometheus` and
+`prometheus-alertmanager`; a missing one raises `ComponentMissing`, so the tests fail rather
+than skip.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class ComponentMissing(RuntimeError):
-    """A binary the e2e tests need is not installed (see notes/tooling.md §1)."""
+    """A binary the e2e tests need is not installed (Debian: `prometheus`,
+    `prometheus-alertmanager`)."""
 
 
 class ProcessFailed(RuntimeError):

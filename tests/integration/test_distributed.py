@@ -3,7 +3,7 @@
 One fleet of three `run` processes (Pulsar's allocator) goes through: convergence, garbage
 on the usage topic, a quota raised then lowered by editing the files, a SIGKILL (dropped
 after stale_after) and a clean stop (dropped at the goodbye). A second fleet of two (the
-`fair` allocator) resolves seed 000's starved 80/20 case. Assertions are about outcomes;
+`fair` allocator) resolves PIP-82's starved 80/20 case. Assertions are about outcomes;
 the timeouts are generous and the measured times are printed, not asserted.
 """
 
@@ -180,7 +180,7 @@ def test_a_cleanly_stopped_participant_is_dropped_at_its_goodbye(fleet):
 
 def test_fair_resolves_the_starved_80_20_case(tmp_path):
     # B wants little at first, so Pulsar's rule would pin it at its small share; then it
-    # wants as much as A. Pulsar's allocator stays put there (seed 000); `fair` must not.
+    # wants as much as A. Pulsar's allocator stays put there (PIP-82); `fair` must not.
     f = Fleet(tmp_path, {"f-a": 200.0, "f-b": 15.0}, quota=QUOTA, allocator="fair")
     try:
         f.start()

@@ -75,7 +75,7 @@ def test_fair_zero_quota_blocks_everyone():
 
 
 def test_fair_probes_a_throttled_participant_held_down_by_the_floors():
-    # Seed 000's 80/20, both pinned: the usages fill the quota, so nobody may be cut,
+    # PIP-82's 80/20, both pinned: the usages fill the quota, so nobody may be cut,
     # and the headroom lets the small one grow toward its share.
     shares = fair_shares(100, {"b1": Observed(80, 80), "b2": Observed(20, 20)})
     assert shares == {"b1": pytest.approx(80), "b2": pytest.approx(20 + PROBE * 100)}

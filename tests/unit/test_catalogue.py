@@ -7,8 +7,8 @@ from exporter.catalogue import BY_NAME, CATALOGUE, Metric, MetricType, Unit
 NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
 
-# PIP-323 (shared/seeds/002, "Metrics" table) and the pre-existing backlog-quota gauges it
-# names: exact names, types and label sets of the Apache Pulsar broker.
+# PIP-323 (pip/pip-323.md in apache/pulsar, "Metrics" table) and the pre-existing
+# backlog-quota gauges it names: exact names, types and label sets of the Apache Pulsar broker.
 PIP_323 = {
     "pulsar_storage_backlog_age_seconds": ("gauge", {"cluster", "namespace", "topic"}),
     "pulsar_storage_backlog_quota_exceeded_evictions_total": (

@@ -1,4 +1,5 @@
-"""Load verdicts against seed 004 and Pulsar's OverloadShedder / bundle-split semantics."""
+"""Load verdicts against Pulsar's load-balance docs and its OverloadShedder / bundle-split
+semantics."""
 
 from __future__ import annotations
 
@@ -59,8 +60,9 @@ def load(cpu: float = 10.0, bundles: tuple[BundleStats, ...] = (), **usage: floa
 # --- broker verdicts -------------------------------------------------------------------
 
 
-def test_seed_004_worked_example_sheds_fifteen_percent():
-    # 95 % CPU, 85 % threshold → (95 − 85) + 5 = 15 % of the broker's traffic.
+def test_docs_worked_example_sheds_fifteen_percent():
+    # Pulsar's load-balance docs, "Shed load automatically": 95 % CPU, 85 % threshold →
+    # (95 − 85) + 5 = 15 % of the broker's traffic.
     # Ten bundles, 1000 B/s in all: 150 B/s must go; 120 alone is short, 120 + 110 covers it.
     traffic = [120, 110, 105, 100, 100, 95, 95, 95, 90, 90]
     bundles = tuple(

@@ -2,8 +2,8 @@
 broker identity, shedding and its fraction, brokers without usage, bundle shares summed
 for split verdicts, admin-owned empty bundles, and the series publish_load adds.
 
-Expected numbers are the seed-004 rule written out ((usage - threshold) + margin) with the
-inputs' literals, never values read back from the code under test.
+Expected numbers are Pulsar's OverloadShedder rule written out ((usage - threshold) + margin)
+with the inputs' literals, never values read back from the code under test.
 """
 
 import dataclasses

@@ -136,7 +136,7 @@ def _rounds(allocator: Allocator, demands: dict[str, float], quota: float, n: in
 
 
 def test_fair_resolves_the_starved_80_20_case_where_pulsar_stays_stuck():
-    # seed 000: quota 100 split 80/20, both want more than an equal share.
+    # PIP-82: quota 100 split 80/20, both want more than an equal share.
     demands = {"a": 200.0, "b": 200.0}
     stuck = _rounds(Allocator.PULSAR, demands, 100.0, 10, {"a": 80.0, "b": 20.0})
     fair = _rounds(Allocator.FAIR, demands, 100.0, 10, {"a": 80.0, "b": 20.0})

@@ -1,4 +1,4 @@
-"""Pulsar's own resource-group rules (exact), the seeds' worked examples, the model."""
+"""Pulsar's own resource-group rules (exact), PIP-82's worked examples, the model."""
 
 from __future__ import annotations
 
@@ -251,28 +251,29 @@ def test_drift_rule_matches_a_ctypes_float32_reference(current, last, tolerance)
     assert got is expected
 
 
-# --- the seeds' worked examples ---------------------------------------------------------------
+# --- PIP-82's worked examples -----------------------------------------------------------------
 
-SEED_USAGES = [10, 50, 30]  # PIP-82 (seed 000): quota 100, brokers using 10, 50, 30
+PIP82_USAGES = [10, 50, 30]  # PIP-82: quota 100, brokers using 10, 50, 30
 
 
 def test_pip82_even_split_of_the_remainder():
     # "each adding the remaining 10 units": 20, 60, 40 — 120 in all, over the quota.
-    shares = [pip82_additive_share(100, u, SEED_USAGES) for u in SEED_USAGES]
+    shares = [pip82_additive_share(100, u, PIP82_USAGES) for u in PIP82_USAGES]
     assert shares == [20, 60, 40]
     assert sum(shares) > 100
 
 
 def test_pip82_proportional_split_of_the_remainder():
     # "1/9th, 5/9ths, and 1/3rd of the residual 10 units": 11.11, 55.56, 33.33.
-    shares = [proportional_share(100, u, SEED_USAGES) for u in SEED_USAGES]
+    shares = [proportional_share(100, u, PIP82_USAGES) for u in PIP82_USAGES]
     assert [round(s, 2) for s in shares] == [11.11, 55.56, 33.33]
     # Pulsar's implementation of that split truncates to whole units.
-    assert [compute_local_quota(100, u, SEED_USAGES) for u in SEED_USAGES] == [11, 55, 33]
+    assert [compute_local_quota(100, u, PIP82_USAGES) for u in PIP82_USAGES] == [11, 55, 33]
 
 
-def test_seed_001_second_phase_is_not_what_the_formula_gives():
-    # Seed 001 says that from 20/60/40 (total 120) the proportional rule yields
+def test_a_published_second_phase_is_not_what_the_formula_gives():
+    # A Chinese-language walkthrough of PIP-82, "Apache Pulsar Tenant 和 Namespace
+    # 级别限速使用与实现", says that from 20/60/40 (total 120) the proportional rule yields
     # 11.11/55.56/33.33. It yields 16.67/50/33.33: the 11.11… figures are PIP-82's
     # alternative computed from the 10/50/30 usages.
     after_even = [20, 60, 40]
@@ -281,7 +282,7 @@ def test_seed_001_second_phase_is_not_what_the_formula_gives():
 
 
 def test_pip82_80_20_is_stuck_under_pulsar():
-    # Seed 000: quota 100, limits 80/20, both brokers want more. The proportional rule
+    # PIP-82: quota 100, limits 80/20, both brokers want more. The proportional rule
     # hands each its usage back, for ever.
     history = simulate("pulsar", 100, [[200, 200]] * 20, initial_limits=[80, 20])
     assert all(limits == pytest.approx([80, 20]) for limits in history)
@@ -289,19 +290,19 @@ def test_pip82_80_20_is_stuck_under_pulsar():
 
 def test_pip82_80_20_leaves_within_three_rounds_under_fair():
     history = simulate("fair", 100, [[200, 200]] * 6, initial_limits=[80, 20])
-    assert history[0][1] > 20  # broker-2 is raised at once, as the seed asks ("higher than 20")
+    assert history[0][1] > 20  # broker-2 is raised at once, as PIP-82 asks ("higher than 20")
     assert history[2] == pytest.approx([50, 50], rel=0.10)
     assert history[-1] == pytest.approx([50, 50])
 
 
 def test_pip82_uniform_load_allocated_70_30():
-    # Seed 000's fairness goal: both see a load of 70, one is allocated 70 and one 30.
+    # PIP-82's fairness goal: both see a load of 70, one is allocated 70 and one 30.
     assert simulate("pulsar", 100, [[70, 70]] * 10, [70, 30])[-1] == pytest.approx([70, 30])
     assert simulate("fair", 100, [[70, 70]] * 10, [70, 30])[-1] == pytest.approx([50, 50])
 
 
 def test_pip82_no_under_use_when_one_side_wants_less():
-    # Seed 000's utilisation goal: allocated 70/30, using 80/20 (broker-2 wants only 20):
+    # PIP-82's utilisation goal: allocated 70/30, using 80/20 (broker-2 wants only 20):
     # broker-1 must end up with everything broker-2 leaves.
     history = simulate("fair", 100, [[200, 20]] * 6, [70, 30])
     usage = [min(200, history[-1][0]), min(20, history[-1][1])]
@@ -322,7 +323,7 @@ def test_fair_does_not_take_nearly_full_use_for_throttling():
 def test_simulate_starts_at_the_quota_like_pulsar():
     # Round 0 with limits at the quota: usages are the demands (10, 50, 30).
     first = simulate("pulsar", 100, [[10, 50, 30]])[0]
-    assert first == pytest.approx([proportional_share(100, u, SEED_USAGES) for u in SEED_USAGES])
+    assert first == pytest.approx([proportional_share(100, u, PIP82_USAGES) for u in PIP82_USAGES])
 
 
 def test_simulate_chains_through_initial_limits():
@@ -415,7 +416,7 @@ def test_fair_never_under_uses_the_quota_when_demand_exceeds_it(scenario):
     wants=st.tuples(st.floats(1, 3), st.floats(1, 3)),
 )
 def test_fair_leaves_any_two_way_split_within_three_rounds(quota, split, wants):
-    # Generalises seed 000's 80/20: both want more than the whole quota.
+    # Generalises PIP-82's 80/20: both want more than the whole quota.
     limits = [quota * split, quota * (1 - split)]
     demands = [quota * wants[0], quota * wants[1]]
     third = simulate("fair", quota, [demands] * 3, limits)[2]

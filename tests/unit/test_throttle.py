@@ -1,4 +1,5 @@
-"""Kafka's client throttle formula (seed 003) and the per resource-group estimate."""
+"""Kafka's client throttle formula (`ClientQuotaManager.throttleTime`) and the per
+resource-group estimate."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ MiB = 1024 * 1024
 
 
 def test_double_the_quota_is_delayed_by_one_window():
-    # Seed 003's producer-1: quota 10 MiB/s. Observed at 20 MiB/s over Kafka's default
-    # window (quota.window.num 11 × quota.window.size.seconds 1 = 11 s):
+    # A producer with producer_byte_rate=10485760: quota 10 MiB/s. Observed at 20 MiB/s
+    # over Kafka's default window (quota.window.num 11 × quota.window.size.seconds 1 = 11 s):
     # X = (20 − 10) / 10 · 11 = 11 s, so 20 MiB/s · 11 s = 10 MiB/s · 22 s.
     assert throttle_delay(20 * MiB, 10 * MiB, 11.0) == pytest.approx(11.0)
 
