@@ -34,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--once", action="store_true", help="one cycle (the only mode for now)")
     c.add_argument("--format", choices=("table", "json"), default="table")
 
-    d = sub.add_parser("demo", help="embedded broker + workload + exporter (examples/demo.yaml)")
+    d = sub.add_parser("demo",
+                       help="embedded broker + workload + exporter (exporter/data/demo.yaml)")
     d.add_argument("--duration", type=float, metavar="SECONDS",
                    help="stop after this long (default: until Ctrl-C)")
 

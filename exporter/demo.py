@@ -1,5 +1,6 @@
 """`pulsar-quota-exporter demo`: an embedded pulsar-lite broker, a workload, and the exporter
-running `examples/demo.yaml`, with a one-screen summary of the decisions every cycle.
+running the packaged demo config (`exporter/data/demo.yaml`), with a one-screen summary of
+the decisions every cycle.
 
 The workload (namespaces match the demo config's quotas):
 - `public/default/orders`: produced and consumed promptly (backlog age stays near 0);
@@ -19,7 +20,8 @@ from exporter.app import Exporter
 from exporter.config import Config, load
 from exporter.embedded import EmbeddedBroker
 
-DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
+# Package data, beside this module in a checkout and in an installed wheel alike.
+DEMO_CONFIG = Path(__file__).resolve().parent / "data" / "demo.yaml"
 
 
 def _ports(config: Config) -> tuple[int, int]:

@@ -32,7 +32,7 @@ from exporter.config import (
 from exporter.units import format_duration, format_size
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "demo.yaml"
+DEMO = ROOT / "exporter" / "data" / "demo.yaml"
 REFERENCE = ROOT / "examples" / "reference.yaml"
 FILE = "t.yaml"
 BCRYPT = "$2b$10$KqI677T4a8We1qSJDfEZr./bXXHXGVv5GfM/h.Z7Cu.EUsAfj6YSW"
@@ -703,7 +703,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_validate_config_accepts_the_demo_file() -> None:
-    done = run_cli("validate-config", "examples/demo.yaml")
+    done = run_cli("validate-config", "exporter/data/demo.yaml")
     assert (done.returncode, done.stdout.strip()) == (0, "OK"), done.stderr
 
 
