@@ -17,9 +17,9 @@ from types import MappingProxyType
 import yaml
 
 from exporter.catalogue import Domain
+from exporter.generate.checkout import ROOT
 from exporter.generate.thresholds import DEFAULT, Thresholds, template_environment
 
-ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
 TEMPLATES = ALERTS / "templates"
 

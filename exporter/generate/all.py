@@ -7,8 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from exporter.generate import alerts, dashboards, helm, readme, runbooks
-
-ROOT = Path(__file__).resolve().parents[2]
+from exporter.generate.checkout import ROOT, NotACheckout, checkout
 
 
 def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
@@ -22,6 +21,16 @@ def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
 
 
 def generate(check: bool = False, root: Path = ROOT) -> int:
+    """Write (or, with `check`, list) every out-of-date output under `root`. 0 when done or
+    current, 1 when `check` finds stale files, 2 when this code is not running from a
+    checkout: the templates are read from there whatever `root` is."""
+    try:
+        checkout()
+    except NotACheckout as e:
+        print(f"generate: {e}.\nIt renders the repository's templates into the repository's "
+              "committed files, so run it from a source checkout (or an editable install, "
+              "`pip install -e .`), not from an installed package.", file=sys.stderr)
+        return 2
     stale = []
     for path, make in outputs(root).items():
         old = path.read_text(encoding="utf-8") if path.exists() else ""

@@ -17,9 +17,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from exporter.catalogue import BY_NAME, CATALOGUE, Metric, Unit
+from exporter.generate.checkout import ROOT
 from exporter.generate.thresholds import DEFAULT, Thresholds, template_environment
 
-ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "dashboards" / "templates"
 GRID_WIDTH = 24
 SCHEMA_VERSION = 41  # Grafana 11.6, the version of the committed JSON schema (@grafana/schema)

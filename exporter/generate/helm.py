@@ -15,8 +15,8 @@ from pathlib import Path
 
 from exporter.catalogue import Domain
 from exporter.generate import alerts, dashboards
+from exporter.generate.checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 CHART = Path("helm") / "pulsar-quota-exporter"
 RULES_DIR = CHART / "files" / "rules"
 DASHBOARDS_DIR = CHART / "files" / "dashboards"
