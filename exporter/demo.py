@@ -12,6 +12,7 @@ The workload (namespaces match the demo config's quotas):
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from pathlib import Path
@@ -73,6 +74,8 @@ def summary(report) -> str:
 
 
 def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> int:
+    """Run until `duration` or Ctrl-C. 1 when no cycle produced decisions: a demo whose
+    every cycle failed must not look like one that worked."""
     from exporter.pipeline.session import stop as stop_spark
     from exporter.scheduler import Scheduler
     from exporter.server import build_server
@@ -92,8 +95,15 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
         print(f"exporter {server.url}/metrics   status {server.url}/api/v1/status")
         print("starting Spark (about 10 s) ... Ctrl-C to stop\n", flush=True)
 
+        decided = 0
+
         def cycle() -> None:
+            nonlocal decided
             report = exporter.cycle()
+            if report.decisions is None:
+                print("no decisions yet: the cycle failed (see the log)\n", flush=True)
+                return
+            decided += 1
             print(summary(report) + "\n", flush=True)
 
         scheduler = Scheduler(config.check_interval, cycle, exporter.skipped)
@@ -109,4 +119,7 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
             server.shutdown()
             exporter.close()
             stop_spark()
+    if not decided:
+        print("demo: no cycle produced decisions", file=sys.stderr)
+        return 1
     return 0

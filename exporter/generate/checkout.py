@@ -4,7 +4,7 @@ The generated files (the README's tables, dashboards, alert rules, the chart's c
 committed in the repository and rendered from templates that live there too, not in the
 package. So `generate` only makes sense in the checkout that holds this very code (run from
 the source tree or an editable install). An installed wheel has no templates beside it: there
-`generate` must refuse, not write README.md and dashboards/ into site-packages' parent.
+`generate` must refuse, not write README.md and dashboards/ into site-packages.
 """
 
 from __future__ import annotations
