@@ -90,11 +90,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     return Installed(venv, workdir, env)
 
 
+def packaged_demo_config(installed: Installed) -> Path:
+    """The demo config inside the installed package (found without importing the app)."""
+    return Path(installed.python_says(
+        "import importlib.resources as r; print(r.files('exporter') / 'data' / 'demo.yaml')"))
+
+
 def test_the_package_and_its_demo_config_come_from_the_venv(installed: Installed):
     site = installed.python_says("import exporter; print(exporter.__file__)")
     assert Path(site).is_relative_to(installed.venv), site
-    config = Path(installed.python_says(
-        "import importlib.resources as r; print(r.files('exporter') / 'data' / 'demo.yaml')"))
+    config = packaged_demo_config(installed)
     assert config.is_file() and config.is_relative_to(installed.venv)
     # The checkout's test dependencies are not there: the venv really is fresh.
     assert installed.python_says("import importlib.util as u; print(u.find_spec('pytest'))") \
@@ -102,7 +107,7 @@ def test_the_package_and_its_demo_config_come_from_the_venv(installed: Installed
 
 
 def test_validate_config_accepts_the_packaged_demo_config(installed: Installed):
-    config = installed.python_says("from exporter.demo import DEMO_CONFIG; print(DEMO_CONFIG)")
+    config = packaged_demo_config(installed)
     done = installed.run("validate-config", config)
     assert (done.returncode, done.stdout.strip()) == (0, "OK"), done.stderr
     copy = installed.workdir / "demo.yaml"  # the copy a user would start from
