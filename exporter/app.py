@@ -8,12 +8,13 @@ decisions in place, a failing source keeps its last good body (sources/).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ from exporter.decide import Decider, Decisions
 from exporter.engine.usage import Rejected as EntryRejected
 from exporter.exchange import UsageExchange, from_wire
 from exporter.exposition import render
+from exporter.pipeline.merge import empty, merge
+from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.publish import CycleFacts, Tallies, build
 from exporter.reload import ConfigFile, Rejected, Reloaded
 from exporter.server import PublishedState, build_server
@@ -61,16 +64,19 @@ def orders_for(decisions: Decisions) -> list[EvictionOrder]:
 
 
 class Exporter:
-    def __init__(self, config: Config, *, spool_dir: str | None = None,
+    def __init__(self, config: Config, *, brokers: BrokerSide | None = None,
                  collector: SnapshotSource | None = None, evictor: Evictor | None = None,
                  state: PublishedState | None = None, clock: Callable[[], float] = time.time,
                  exchange: UsageExchange | None = None, config_file: ConfigFile | None = None,
                  participate: bool = False):
         """`participate`: join the usage exchange (the `run` command); a one-off check
-        does not, so it never shows up to peers as a participant."""
+        does not, so it never shows up to peers as a participant. `brokers` (default: the
+        Spark job over `config.sources.brokers`, started on first use) and `collector` (the
+        admin side) are what tests replace."""
         self.config = config
-        self._spool = spool_dir or tempfile.mkdtemp(prefix="pulsar-quota-exporter-")
-        self.collector = collector or SourceCollector(config.sources, self._spool)
+        self._brokers = brokers
+        self._side = ThreadPoolExecutor(1, thread_name_prefix="admin-scrape")
+        self.collector = collector or SourceCollector(config.sources)
         self.evictor = evictor or evictor_for(config)
         self.state = state or PublishedState(config.check_interval)
         self.tallies = Tallies()
@@ -88,13 +94,23 @@ class Exporter:
         self._size_cuts: dict[tuple[str, str], float | None] = {}  # backlog bytes at the cut
 
     # --- stages -----------------------------------------------------------------------------
-    def _aggregate(self, snapshot: Snapshot):
-        from exporter.pipeline.aggregate import aggregate
-        from exporter.pipeline.session import get_session
+    def broker_side(self) -> BrokerSide:
+        """The broker side, built on first use: building the Spark plan starts Spark."""
+        if self._brokers is None:
+            from exporter.pipeline.scrape import BrokerScrape, on_spark
+            from exporter.pipeline.session import get_session
 
-        spark = get_session(self.config.spark)
+            sources = self.config.sources.brokers
+            job = on_spark(get_session(self.config.spark), sources)
+            self._brokers = BrokerScrape(sources, job, self._clock)
+        return self._brokers
+
+    def _aggregate(self, brokers: BrokerData, snapshot: Snapshot):
+        if not brokers.tables:
+            return empty(self.config.resource_groups)
         bundles = snapshot.admin.bundles if snapshot.admin is not None else ()
-        return aggregate(spark, snapshot.bodies, self.config.resource_groups, bundles=bundles)
+        return merge(brokers.tables, self.config.resource_groups, bundles,
+                     malformed=brokers.malformed)
 
     def _act(self, decisions: Decisions) -> None:
         orders = orders_for(decisions)
@@ -165,13 +181,25 @@ class Exporter:
 
         started = time.perf_counter()
         self._reload()
-        with stage("collect"):
-            snapshot = self.collector.collect()
+        admin = self._side.submit(self.collector.collect)  # beside the Spark job
+        brokers: BrokerData | None = None
+        with stage("pipeline"):  # broker fetches, parse and per-broker tables: Spark tasks
+            try:
+                brokers = self.broker_side().run()
+            except Exception:
+                if not self._cancelled:
+                    log.exception("broker scrape failed")
+        with stage("collect"):  # what is left of the admin walk
+            snapshot = admin.result()
+        if brokers is not None:
+            snapshot = dataclasses.replace(snapshot, health=brokers.health + snapshot.health)
         now = self._clock()
         decisions = self._last_decisions
         try:
+            if brokers is None:
+                raise RuntimeError("no broker data this cycle")
             with stage("pipeline"):
-                agg = self._aggregate(snapshot)
+                agg = self._aggregate(brokers, snapshot)
             for row in agg.malformed.to_pylist():
                 self.tallies.malformed_lines[row["source"]] += row["lines"]
             with stage("engine"):
@@ -224,6 +252,7 @@ class Exporter:
             self.exchange.goodbye(self._clock())
             self.exchange.close()
         self.collector.close()
+        self._side.shutdown(wait=False, cancel_futures=True)
 
     # --- usage exchange and reload -------------------------------------------------------
     def exchange_round(self) -> None:
@@ -294,7 +323,9 @@ class Exporter:
         self.decider.reconfigure(new)
         if new.sources != old.sources:
             self.collector.close()
-            self.collector = SourceCollector(new.sources, self._spool)
+            self.collector = SourceCollector(new.sources)
+        if new.sources.brokers != old.sources.brokers and self._brokers is not None:
+            self._brokers = None  # a new plan over the new endpoints, at the next cycle
         if (new.sources, new.backlog_quotas.enforce) != (old.sources, old.backlog_quotas.enforce):
             self.evictor = evictor_for(new)
         engine_old, engine_new = old.resource_group_engine, new.resource_group_engine

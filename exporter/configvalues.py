@@ -17,7 +17,7 @@ from exporter.units import parse_duration, parse_size
 
 _PULSAR_NAME = re.compile(r"[-=:.\w]+", re.ASCII)  # Pulsar's NamedEntity charset (Java's \w)
 _BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
-_SPARK_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|(spark|k8s|mesos)://\S+|yarn")
+_SPARK_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|(spark|k8s)://\S+|yarn")
 
 
 def string(value: object) -> str:
@@ -207,7 +207,7 @@ def bcrypt(value: object) -> str:
 def spark_master(value: object) -> str:
     if not isinstance(value, str) or not _SPARK_MASTER.fullmatch(value):
         raise ValueError(
-            "expected local, local[N], local[*], spark://host:port, k8s://…, mesos://… or yarn, "
+            "expected local, local[N], local[*], spark://host:port, k8s://… or yarn, "
             f"found {describe(value)}"
         )
     return value

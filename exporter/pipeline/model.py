@@ -18,7 +18,7 @@ Conventions, all tables:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import pyarrow as pa
@@ -159,6 +159,30 @@ BUNDLES = pa.schema([
     ("throughput_out", _F),  # bytes/s
 ])
 
+# --- per broker body, as the Spark task that fetched it hands it over (tables.py) ----------
+# Keyed like the tables above, before topics reported by two brokers are de-duplicated.
+SOURCE_SUBSCRIPTIONS = pa.schema([
+    *[f for f in SUBSCRIPTIONS if f.name != "source"],
+    ("cluster", _S),
+])
+SOURCE_TOPICS = pa.schema([
+    *[f for f in TOPICS if f.name != "source"],
+    ("cluster", _S),
+    ("topic_hash", _I),  # CRC-32 of the full topic name: its namespace bundle (merge.py)
+])
+# The broker's own namespace-level series (Apache Pulsar with topic-level metrics off).
+SOURCE_NAMESPACES = pa.schema([
+    ("namespace", _S),
+    ("cluster", _S),
+    ("topics", _F),  # pulsar_topics_count
+    *[f for f in TOPICS if f.name not in ("topic", "namespace", "source")],
+])
+# One row: the broker-wide pulsar_lb_* gauges (null when the body has none).
+SOURCE_USAGE = pa.schema([
+    ("cluster", _S),
+    *[f for f in BROKERS if f.name.endswith("_percent")],
+])
+
 # Skipped lines per source × reason; every body's source has a row per reason.
 MALFORMED = pa.schema([
     ("source", _S),
@@ -169,8 +193,7 @@ MALFORMED = pa.schema([
 
 @dataclass(frozen=True, eq=False)
 class Aggregates:
-    """One cycle's per-entity results. `unreadable` lists sources whose spool file was
-    missing: the plan ran without them rather than failing the cycle."""
+    """One cycle's per-entity results."""
 
     subscriptions: pa.Table
     topics: pa.Table
@@ -178,7 +201,6 @@ class Aggregates:
     resource_groups: pa.Table
     brokers: pa.Table
     malformed: pa.Table
-    unreadable: tuple[str, ...] = ()
     # Last and defaulted, so code building Aggregates without it keeps working.
     bundles: pa.Table = field(default_factory=BUNDLES.empty_table)
 
@@ -189,8 +211,11 @@ class Aggregates:
                 raise ValueError(f"Aggregates.{name}: schema {table.schema} != {schema}")
 
     @classmethod
-    def empty(cls, unreadable: tuple[str, ...] = ()) -> Aggregates:
-        return cls(**{n: s.empty_table() for n, s in SCHEMAS.items()}, unreadable=unreadable)
+    def empty(cls) -> Aggregates:
+        return cls(**{n: s.empty_table() for n, s in SCHEMAS.items()})
+
+    def with_resource_groups(self, table: pa.Table) -> Aggregates:
+        return replace(self, resource_groups=table)
 
 
 SCHEMAS: dict[str, pa.Schema] = {

@@ -1,35 +1,42 @@
-"""Broker bodies → samples, inside the Spark plan (JVM string functions, no Python UDFs).
+"""Broker body text → samples, vectorised: RE2 (Arrow compute) validates, numpy cuts.
 
-Parsing is the exporter's hot path (DESIGN.md, "Performance design"): at fleet scale no
-single process parses every body within a check interval. So the raw text becomes a
-DataFrame of lines, one scan (one task) per body, every step below a Catalyst expression,
-and the parse spreads over the cores and executors Spark has. Per core it is no faster
-than a Python regex loop (tests/bench/parse_throughput.py): its gain is distribution.
+Parsing is the exporter's hot path: a 10k-topic Apache Pulsar body is ~500k lines, and a
+fleet is a hundred of them per check interval. So no step runs Python per line:
 
-What the parse does not care about, because real bodies have it: several expositions
-concatenated (a TYPE line twice, a family split apart, samples with no TYPE line), HELP and
-TYPE lines at all (comments are dropped unread), trailing commas and spaces in label sets,
-empty label values (= label absent, as in Prometheus), `NaN`, `±Inf`, Java's `-Infinity`,
-integers without a decimal point, millisecond timestamps.
+1. the body is split at "\\n" into one zero-copy string array (`slices.split_lines`);
+2. lines of the families the exporter reads are picked first, by one anchored RE2 match
+   (most of a Pulsar body is JVM, bookie and per-topic families it never reads);
+3. those lines are validated against the text format's grammar by one RE2 match (a DFA,
+   no captures);
+4. names, values and label pairs of valid lines are cut by byte arithmetic over the
+   buffer (`slices`), and only the eight labels the exporter reads are gathered.
 
-A line that is not `name[{labels}] value [timestamp]` is skipped and counted, never fatal
-(`MalformedReason`); so is a kept sample that names a label twice, or whose short topic
-name has no namespace to complete it. Label values holding the control characters
-U+0000–U+0003 (the parse's own separators) count as syntax errors. Values are Prometheus
-floats in decimal (Go's hexadecimal floats are not accepted).
+What the parse tolerates, because real bodies have it: several expositions concatenated
+(a TYPE line twice, a family split apart, samples with no TYPE line), HELP/TYPE/other
+comments (dropped unread), indented lines, a space before "{", trailing commas and spaces
+in label sets, empty label values (= label absent, as in Prometheus), escaped quotes,
+backslashes and newlines in label values, `NaN`, `±Inf`, Java's `-Infinity`, integers
+without a decimal point, millisecond timestamps, "\\r\\n" line ends.
+
+Counted, never fatal (`MalformedReason`): a line of a read family that does not fit the
+grammar, or any other line that is not `name[{…}] value…` (syntax); a read family's
+sample naming a label twice (duplicate_label); a short topic name with no namespace to
+complete it (unkeyed_topic). Label values holding U+0000–U+0003 count as syntax errors
+(the parse uses them as placeholders). Lines of other families are checked for that
+shape only, not label by label: that would cost most of the parse, for series nobody
+reads.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Sequence
-from functools import reduce
+from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from exporter.pipeline import slices
 from exporter.pipeline.model import Level, MalformedReason
-from exporter.sources.model import BrokerBody
 
 # Families the exporter reads, by the level whose labels they carry (model.Level).
 SUBSCRIPTION_FAMILIES: dict[str, str] = {
@@ -71,222 +78,204 @@ BROKER_FAMILIES: dict[str, str] = {
     "pulsar_lb_bandwidth_in_usage": "bandwidth_in_percent",
     "pulsar_lb_bandwidth_out_usage": "bandwidth_out_percent",
 }
-
-FAMILIES: frozenset[str] = (
-    frozenset(SUBSCRIPTION_FAMILIES) | frozenset(NAMESPACE_FAMILIES) | frozenset(BROKER_FAMILIES)
-)
+FAMILIES: tuple[str, ...] = tuple(sorted(
+    set(SUBSCRIPTION_FAMILIES) | set(NAMESPACE_FAMILIES) | set(BROKER_FAMILIES)))
 
 # Labels read from kept samples; the others are ignored.
-LABELS = (
-    "cluster", "namespace", "topic", "partition", "subscription",
-    "consumer_name", "consumer_id", "remote_cluster",
-)
+LABELS = ("cluster", "namespace", "topic", "partition", "subscription",
+          "consumer_name", "consumer_id", "remote_cluster")
 
-# --- the text format, as Java regular expressions -------------------------------------------
+# --- the text format, in RE2 syntax (linear time: no backtracking to guard against) -------
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
-_QUOTED = r'"(?:[^"\\]++|\\.)*+"'  # escapes: \\ \" \n (any escaped char accepted)
+_QUOTED = r'"(?:[^"\\\n]|\\[^\n])*"'  # escapes: \\ \" \n (any escaped char accepted)
 _PAIR = rf"{_LABEL_NAME}[ \t]*=[ \t]*{_QUOTED}"
-_VALUE = (
-    r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf(?:inity)?))"
-    r"|(?i:nan)"
-)
-_TIMESTAMP = r"-?[0-9]+"
-_LABEL_PAIRS = rf"[ \t]*(?:{_PAIR}(?:[ \t]*,[ \t]*{_PAIR})*+[ \t]*,?[ \t]*)?"
-# A whole sample line; groups: name, label set (inside the braces), value, timestamp.
-SAMPLE_LINE = (
-    rf"^[ \t]*({_NAME})(?:[ \t]*\{{({_LABEL_PAIRS})\}}[ \t]*|[ \t]+)({_VALUE})"
-    rf"(?:[ \t]+({_TIMESTAMP}))?[ \t]*$"
-)
-_FIELD = "\u0003"
-_FIELDS_OUT = f"$1{_FIELD}$2{_FIELD}$3{_FIELD}$4"
-_SKIPPED_LINE = r"^[ \t]*(?:#.*)?$"  # comments (HELP, TYPE, other) and blank lines
-_PAIR_GROUPS = rf'[ \t]*({_LABEL_NAME})[ \t]*=[ \t]*"((?:[^"\\]++|\\.)*+)"[ \t]*,?[ \t]*'
-_KV, _END = "\u0001", "\u0002"  # separators of the normalised label set
-_SEPARATORS = r"[\x00-\x03]"  # the parse's own separators and placeholder
+_VALUE = (r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf(?:inity)?))"
+          r"|(?i:nan)")
+_LABEL_SET = rf"[ \t]*(?:{_PAIR}(?:[ \t]*,[ \t]*{_PAIR})*[ \t]*,?[ \t]*)?"
+SAMPLE_LINE = (rf"^[ \t]*{_NAME}(?:[ \t]*\{{{_LABEL_SET}\}}[ \t]*|[ \t]+)(?:{_VALUE})"
+               r"(?:[ \t]+-?[0-9]+)?[ \t]*\r?\n?$")
+_READ_FAMILY = "^[ \t]*(?:" + "|".join(FAMILIES) + ")[ \t{]"
+_COMMENT_OR_BLANK = r"^[ \t]*(?:#|\r?\n?$)"
+# A sample of a family not read: its shape is checked (name, braces, value), not its labels.
+_ANY_SAMPLE = rf"^[ \t]*{_NAME}(?:[ \t]*\{{.*\}}[ \t]*|[ \t]+)(?:{_VALUE})(?:[ \t]|\r?\n?$)"
+_PLACEHOLDERS = "[\x00-\x03]"
+_ESCAPED_BACKSLASH, _ESCAPED_QUOTE = "\x00", "\x01"
 _PARTITION_SUFFIX = r"-partition-[0-9]+$"
 
-
-def read_bodies(spark: SparkSession, bodies: Sequence[BrokerBody]) -> DataFrame:
-    """(source, line) for every line of every body. One scan per spool file, so each body
-    is its own task (and a body larger than `spark.sql.files.maxPartitionBytes` is split
-    on line boundaries). The source is attached per file, never inferred from the text."""
-    if not bodies:
-        raise ValueError("read_bodies: no bodies")
-    scans = [
-        # Lines end at "\n" only: the text format allows a raw "\r" inside a label value,
-        # which Spark's default reader would take for a line break. A "\r\n" ending
-        # leaves a trailing "\r", stripped here (it cannot end a sample otherwise).
-        spark.read.option("lineSep", "\n").text(os.path.abspath(b.path)).select(
-            F.lit(b.source).alias("source"),
-            F.regexp_replace("value", "\r$", "").alias("line"))
-        for b in bodies
-    ]
-    return reduce(DataFrame.unionAll, scans)
+_S = pa.large_string()
+# One row per kept sample of a read family, before keys are built (see `samples`).
+SAMPLES = pa.schema([
+    ("family", pa.int32()),  # index into FAMILIES
+    ("value", pa.float64()),
+    *[(label, pa.dictionary(pa.int32(), _S)) for label in LABELS],
+])
 
 
-def _unescape(c: Column) -> Column:
-    """Label-value escapes (\\\\, \\", \\n) undone; the common case has no backslash."""
-    nul = "\u0000"  # cannot occur in a text line: stands for an escaped backslash
-    done = F.regexp_replace(c, r"\\\\", nul)
-    done = F.regexp_replace(done, r"\\n", "\n")
-    done = F.regexp_replace(done, r"\\(.)", "$1")
-    done = F.regexp_replace(done, nul, r"\\")
-    return F.when(F.instr(c, "\\") > 0, done).otherwise(c)
+@dataclass(frozen=True)
+class Parsed:
+    """One chunk of a body: its samples and its skipped lines by reason."""
+
+    samples: pa.Table  # SAMPLES
+    malformed: dict[MalformedReason, int]
 
 
-def _once(expensive: Column) -> Column:
-    """`expensive`, computed once per row. Catalyst pushes a later filter below the
-    projection that defines a column, inlining its definition, so a regex column read by
-    a filter would run again there (measured: twice the CPU of the whole parse). A
-    nondeterministic guard (always true) keeps the projection where it is."""
-    return F.when(F.spark_partition_id() >= 0, expensive)
+def parse_text(data: bytes | memoryview) -> Parsed:
+    """Whole lines of exposition text → `Parsed` (see the module docstring)."""
+    lines = slices.split_lines(data)
+    read = pc.match_substring_regex(lines, _READ_FAMILY)
+    other = lines.filter(pc.invert(read))
+    unreadable = pc.invert(pc.or_(pc.match_substring_regex(other, _COMMENT_OR_BLANK),
+                                  pc.match_substring_regex(other, _ANY_SAMPLE)))
+    candidates = lines.filter(read)
+    valid = pc.and_(pc.match_substring_regex(candidates, SAMPLE_LINE),
+                    pc.invert(pc.match_substring_regex(candidates, _PLACEHOLDERS)))
+    syntax = pc.sum(unreadable).as_py() or 0
+    syntax += len(candidates) - (pc.sum(valid).as_py() or 0)
+    good = candidates.filter(valid)
+    samples, duplicates = _cut(good)
+    return Parsed(samples, {MalformedReason.SYNTAX: syntax,
+                            MalformedReason.DUPLICATE_LABEL: duplicates})
 
 
-def _field(index: int) -> Column:
-    """The `index`-th (1-based) field of a cut sample line."""
-    return F.try_element_at(F.col("fields"), F.lit(index))
+def _cut(good: pa.LargeStringArray) -> tuple[pa.Table, int]:
+    """Valid sample lines → SAMPLES rows, and how many named a label twice (left out)."""
+    escaped = bool((slices.buffers(good)[1] == ord("\\")).any())
+    if escaped:  # quotes of the label syntax are then the only '"' left in a line
+        good = pc.replace_substring(good, "\\\\", _ESCAPED_BACKSLASH)
+        good = pc.replace_substring(good, '\\"', _ESCAPED_QUOTE)
+        good = pc.replace_substring(good, "\\n", "\n")
+        good = pc.replace_substring_regex(good, r"\\(.)", r"\1")
+    good = pa.concat_arrays([good]) if good.offset else good
+    off, data = slices.buffers(good)
+    n = len(good)
+    start = slices.skip(data, off[:-1], off[1:], b" \t")
+    end = slices.back(data, off[1:], start, b" \t\r\n")
+    brace_rel = pc.find_substring(good, "{").to_numpy(zero_copy_only=False)
+    braced = brace_rel >= 0
+    brace = off[:-1] + brace_rel
+    name_end = slices.back(data, brace, start, b" \t")
+    bare = np.flatnonzero(~braced)  # `name value`: the name ends at the first blank
+    name_end[bare] = slices.until(data, start[bare], end[bare], b" \t")
+    closes = np.flatnonzero(data == ord("}"))
+    last_close = closes[np.maximum(np.searchsorted(closes, end, "left") - 1, 0)] \
+        if len(closes) else np.zeros(n, np.int64)
+    after_labels = np.where(braced, last_close + 1, name_end)
+    value_start = slices.skip(data, after_labels, end, b" \t")
+    value_end = slices.until(data, value_start, end, b" \t")
+    names = slices.distinct(data, start, name_end)
+    family = pc.take(pc.index_in(names.dictionary, pa.array(FAMILIES, _S)), names.indices)
+    values = pc.cast(slices.views(data, value_start, value_end), pa.float64())
+    labels, duplicate = _labels(data, off, brace, np.where(braced, last_close, brace), escaped)
+    table = pa.table({"family": family.cast(pa.int32()), "value": values, **labels},
+                     schema=SAMPLES)
+    return table.filter(pa.array(~duplicate)), int(duplicate.sum())
 
 
-def _label(labels: Column, key: str) -> Column:
-    """A label's unescaped value; null when absent or empty (Prometheus: the same)."""
-    return F.nullif(_unescape(F.try_element_at(labels, F.lit(key))), F.lit(""))
+def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndarray,
+            escaped: bool) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """The `LABELS` columns of each line (null when absent or empty) and whether the line
+    names any label twice. Label sets span (brace, close); a line without one has
+    brace == close."""
+    n = len(brace)
+    quotes = np.flatnonzero(data == ord('"'))
+    row = np.searchsorted(off, quotes, "right") - 1
+    inside = (quotes > brace[row]) & (quotes < close[row])
+    quotes, row = quotes[inside], row[inside]
+    opening, closing, row = quotes[0::2], quotes[1::2], row[0::2]
+    first = np.ones(len(row), bool)
+    first[1:] = row[1:] != row[:-1]
+    key_from = np.where(first, brace[row] + 1, np.roll(closing, 1) + 1)
+    key_start = slices.skip(data, key_from, opening, b" \t,")
+    key_end = slices.back(data, opening, key_start, b" \t=")
+    # Label names are compared by a hash of their length and first and last 8 bytes;
+    # every match is confirmed byte for byte before it counts.
+    word = slices.short_key(data, key_start, key_end)
+
+    def same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Which of the key pairs (x, y) are byte-equal (few: hash-equal already)."""
+        def text(i: int) -> bytes:
+            return bytes(data[key_start[i]:key_end[i]])
+
+        return np.array([text(i) == text(j) for i, j in zip(x, y, strict=True)], bool)
+
+    duplicate = np.zeros(n, bool)
+    for gap in range(1, int(np.bincount(row).max(initial=1)) if len(row) else 1):
+        x = np.flatnonzero((row[gap:] == row[:-gap]) & (word[gap:] == word[:-gap]))
+        duplicate[row[x[same(x, x + gap)]]] = True
+    columns = {}
+    for label in LABELS:
+        name = label.encode()
+        hit = np.flatnonzero(word == slices.short_key_of(name))
+        hit = hit[slices.equal_to(data, key_start[hit], key_end[hit], name)]
+        pair = np.full(n, -1, np.int64)
+        pair[row[hit]] = hit
+        present = pair >= 0
+        v_start = np.where(present, opening[pair] + 1, 0)
+        v_end = np.where(present, closing[pair], 0)
+        values = slices.distinct(data, v_start, v_end, present & (v_end > v_start))
+        if escaped:
+            words = pc.replace_substring(values.dictionary, _ESCAPED_BACKSLASH, "\\")
+            words = pc.replace_substring(words, _ESCAPED_QUOTE, '"')
+            values = pa.DictionaryArray.from_arrays(values.indices, words)
+        columns[label] = values
+    return columns, duplicate
 
 
-def topic_key(topic: Column, namespace: Column, partition: Column) -> Column:
+# --- keys: computed once per distinct label combination, not per sample -------------------
+def topic_key(topic: pa.Array, namespace: pa.Array, partition: pa.Array) -> pa.Array:
     """The full topic name. Apache Pulsar reports it in `topic` already; pulsar-lite
     reports the short name, completed with `namespace` as persistent (its labels carry no
     domain, so a pulsar-lite non-persistent topic cannot be told apart). A `partition`
     label ≥ 0 (pulsar-lite, or Pulsar's splitTopicAndPartitionIndexLabel) becomes the
-    `-partition-N` suffix unless the name has it; -1 means not partitioned."""
-    full = (
-        F.when(F.instr(topic, "://") > 0, topic)
-        .when(namespace.isNotNull(), F.concat(F.lit("persistent://"), namespace, F.lit("/"), topic))
-    )
-    index = partition.try_cast("int")
-    return F.when(
-        (index >= 0) & ~full.rlike(_PARTITION_SUFFIX),
-        F.concat(full, F.lit("-partition-"), index.cast("string")),
-    ).otherwise(full)
+    `-partition-N` suffix unless the name has it; -1 means not partitioned. Null when a
+    short name has no namespace."""
+    def text(word: str) -> pa.Scalar:
+        return pa.scalar(word, topic.type)
+
+    full = pc.if_else(
+        pc.match_substring(topic, "://"), topic,
+        pc.binary_join_element_wise(text("persistent://"), namespace, text("/"), topic,
+                                    text("")))
+    numeric = pc.match_substring_regex(partition, r"^-?[0-9]{1,9}$")
+    index = pc.cast(pc.if_else(numeric, partition, pa.scalar(None, partition.type)), pa.int64())
+    suffix = pc.and_(pc.greater_equal(index, 0),
+                     pc.invert(pc.match_substring_regex(full, _PARTITION_SUFFIX)))
+    suffixed = pc.binary_join_element_wise(full, text("-partition-"),
+                                           pc.cast(index, topic.type), text(""))
+    return pc.if_else(pc.fill_null(suffix, False), suffixed, full)
 
 
-def namespace_of(topic: Column) -> Column:
-    """`tenant/ns` (or v1 `tenant/cluster/ns`) of a full topic name."""
-    return F.nullif(F.regexp_extract(topic, r"^[^:/]+://(.+)/[^/]+$", 1), F.lit(""))
+def namespace_of(topic: pa.Array) -> pa.Array:
+    """`tenant/ns` (or v1 `tenant/cluster/ns`) of a full topic name; null otherwise."""
+    if isinstance(topic, pa.ChunkedArray):
+        topic = topic.combine_chunks()
+    return pc.struct_field(pc.extract_regex(topic, r"^[^:/]+://(?P<ns>.+)/[^/]+$"), [0])
 
 
-def parse_lines(lines: DataFrame, families: Iterable[str] = FAMILIES) -> DataFrame:
-    """(source, line) → one row per kept sample and per skipped line:
-
-    source, reason (null for a sample, else a MalformedReason), level (model.Level),
-    name, cluster, namespace, topic (full key, null at namespace level), subscription,
-    value (double), timestamp_ms (long, null when absent).
-
-    Kept: samples of `families` that describe a topic, subscription or namespace, and
-    broker-wide samples (no topic, no namespace) of `BROKER_FAMILIES` at `Level.BROKER`;
-    other broker-wide samples, per-consumer samples (`consumer_name`/`consumer_id`) and
-    replication samples (`remote_cluster` other than "local") are left out, not counted.
-    """
-    wanted = sorted(set(families))
-    line = F.col("line")
-    # Comments and blank lines: a cheap test first, the regex only for indented lines.
-    skipped = (
-        F.when(line.startswith(" ") | line.startswith("\t"), line.rlike(_SKIPPED_LINE))
-        .otherwise(line.startswith("#") | (line == ""))
-    )
-    # One regex pass both validates a line and cuts it into name, label set, value and
-    # timestamp (joined by a separator the split undoes). A line that does not match is
-    # left as it was, without the separator.
-    fields = F.split(F.regexp_replace(line, SAMPLE_LINE, _FIELDS_OUT), _FIELD, -1)
-    data = lines.filter(~skipped).select(
-        "source",
-        _once(fields).alias("fields"),
-        (F.instr(line, _FIELD) == 0).alias("clean"),
-    )
-    ok = (F.size("fields") == 4) & F.col("clean")
-    data = data.select(
-        "source",
-        ok.alias("ok"),
-        F.when(ok, _field(1)).alias("name"),
-        F.when(ok, _field(2)).alias("label_text"),
-        F.when(ok, _field(3)).alias("value_text"),
-        F.when(ok, F.nullif(_field(4), F.lit(""))).alias("timestamp_text"),
-    )
-    data = data.filter(~F.col("ok") | F.col("name").isin(wanted))
-    # Each `name="value"` pair becomes name<KV>value<END>, then one str_to_map: a single
-    # regex pass (regexp_extract_all is ten times slower here). A value holding one of
-    # the separators cannot be told apart: such a line counts as malformed.
-    label_text = F.col("label_text")
-    data = data.select(
-        "source", "name", "value_text", "timestamp_text",
-        (F.col("ok") & ~label_text.rlike(_SEPARATORS)).alias("ok"),
-        _once(F.regexp_replace(label_text, _PAIR_GROUPS, f"$1{_KV}$2{_END}")).alias("pairs"),
-    )
-    pairs = F.col("pairs")
-    data = data.select(
-        "source", "name", "ok", "value_text", "timestamp_text",
-        F.when(F.col("ok"), F.str_to_map(pairs, F.lit(_END), F.lit(_KV))).alias("labels"),
-        (F.length(pairs) - F.length(F.replace(pairs, F.lit(_END), F.lit("")))).alias("n_pairs"),
-    )
-    # The map has one entry per distinct name, plus "" after the last <END>.
-    duplicate = F.col("ok") & (F.size("labels") - 1 != F.col("n_pairs"))
-    data = data.select(
-        "source", "name", "ok", "value_text", "timestamp_text",
-        F.coalesce(duplicate, F.lit(False)).alias("duplicate"),
-        F.when(~duplicate, F.col("labels")).alias("labels"),
-    )
-    labels = F.col("labels")
-    data = data.select(
-        "source", "name", "ok", "duplicate", "value_text", "timestamp_text",
-        *[_label(labels, key).alias(f"l_{key}") for key in LABELS],
-    )
-    data = data.select(
-        "source", "name", "ok", "duplicate", "value_text", "timestamp_text",
-        F.col("l_cluster").alias("cluster"),
-        F.col("l_namespace").alias("namespace_label"),
-        F.col("l_topic").alias("raw_topic"),
-        topic_key(F.col("l_topic"), F.col("l_namespace"), F.col("l_partition")).alias("topic"),
-        F.col("l_subscription").alias("subscription"),
-        (F.col("l_consumer_name").isNotNull() | F.col("l_consumer_id").isNotNull())
-        .alias("per_consumer"),
-        F.col("l_remote_cluster").alias("remote_cluster"),
-    )
-    level = (
-        F.when(F.col("subscription").isNotNull() & F.col("raw_topic").isNotNull(),
-               F.lit(Level.SUBSCRIPTION.value))
-        .when(F.col("raw_topic").isNotNull(), F.lit(Level.TOPIC.value))
-        .when(F.col("namespace_label").isNotNull(), F.lit(Level.NAMESPACE.value))
-        .when(F.col("name").isin(sorted(BROKER_FAMILIES)), F.lit(Level.BROKER.value))
-    )
-    reason = (
-        F.when(~F.col("ok"), F.lit(MalformedReason.SYNTAX.value))
-        .when(F.col("duplicate"), F.lit(MalformedReason.DUPLICATE_LABEL.value))
-        .when(F.col("raw_topic").isNotNull() & F.col("topic").isNull(),
-              F.lit(MalformedReason.UNKEYED_TOPIC.value))
-    )
-    data = data.select("*", level.alias("level"), reason.alias("reason"))
-    keep = F.col("reason").isNotNull() | (
-        F.col("level").isNotNull()
-        & ~F.col("per_consumer")
-        & (F.col("remote_cluster").isNull() | (F.col("remote_cluster") == "local"))
-    )
-    sample = F.col("reason").isNull()
-    return data.filter(keep).select(
-        "source",
-        "reason",
-        F.when(sample, F.col("level")).alias("level"),
-        F.when(sample, F.col("name")).alias("name"),
-        F.when(sample, F.col("cluster")).alias("cluster"),
-        F.when(sample, F.coalesce(F.col("namespace_label"), namespace_of(F.col("topic"))))
-        .alias("namespace"),
-        F.when(sample, F.col("topic")).alias("topic"),
-        F.when(sample & (F.col("level") == Level.SUBSCRIPTION.value), F.col("subscription"))
-        .alias("subscription"),
-        F.when(sample, F.col("value_text").try_cast("double")).alias("value"),
-        F.when(sample, F.col("timestamp_text").try_cast("long")).alias("timestamp_ms"),
-    )
+def level_of(samples: pa.Table) -> pa.Array:
+    """model.Level of each sample, by the labels it carries; null for a broker-wide sample
+    of a family that is not broker-wide (left out)."""
+    topic, sub, ns = (samples[c].is_valid() for c in ("topic", "subscription", "namespace"))
+    broker = pc.is_in(samples["family"], pa.array(
+        [FAMILIES.index(f) for f in BROKER_FAMILIES], pa.int32()))
+    return pc.case_when(
+        pc.make_struct(pc.and_(sub, topic), topic, ns, broker),
+        Level.SUBSCRIPTION.value, Level.TOPIC.value, Level.NAMESPACE.value, Level.BROKER.value)
 
 
-def parse(spark: SparkSession, bodies: Sequence[BrokerBody]) -> DataFrame:
-    """`parse_lines(read_bodies(...))`: the kept samples and skipped lines of `bodies`."""
-    return parse_lines(read_bodies(spark, bodies))
+def entity_samples(samples: pa.Table) -> pa.Table:
+    """Samples that describe an entity: per-consumer samples (`consumer_name` or
+    `consumer_id`) and replication samples (`remote_cluster` other than "local") are
+    left out, uncounted; a `level` column is added."""
+    own = pc.and_(samples["consumer_name"].is_null(), samples["consumer_id"].is_null())
+    local = pc.fill_null(pc.equal(samples["remote_cluster"], "local"), True)
+    kept = samples.filter(pc.and_(own, local))
+    level = level_of(kept)
+    return kept.append_column("level", level).filter(level.is_valid())
+
+
+def unkeyed(samples: pa.Table) -> int:
+    """Samples whose short topic name has no namespace to complete it."""
+    short = pc.invert(pc.match_substring(samples["topic"], "://"))
+    return pc.sum(pc.and_(short, samples["namespace"].is_null())).as_py() or 0

@@ -1,11 +1,16 @@
 """The process's one SparkSession: started once (about 10 s), reused by every cycle.
 
 Defaults suit an exporter sidecar: a loopback-bound driver for local masters (without it
-the block manager advertises a non-loopback address and shuffles fail on this kind of
-machine, notes/pulsar-lite.md), this process's own Python for local Python workers (a venv's,
-not whatever `python3` is first on PATH), no UI, few shuffle partitions, Arrow on, quiet logs.
-`Spark.conf` from the config is applied after them, so an operator can override any of
-them (a cluster master, driver memory, ...), all but what the parse requires (`REQUIRED`).
+the block manager advertises the host's non-loopback address, which sandboxes and laptops
+often cannot reach), this process's own Python for local Python workers (a venv's, not
+whatever `python3` is first on PATH), Python workers reused between cycles (their imports
+stay warm), no UI, quiet logs. `Spark.conf` from the config is applied after them, so an
+operator can override any of them (a cluster master, executor memory, ...).
+
+With a cluster master the executors run the broker fetch and parse (pipeline/scrape.py),
+so they need this package: it is shipped to them as a zip (`addPyFile`); their Python must
+have its dependencies (pyarrow, numpy, pandas: `pip install pulsar-quota-exporter` in the
+executor image does all of it) and reach the brokers' /metrics.
 
 Starting the context must not take over the process: PySpark installs its own SIGINT handler
 (cancel jobs, raise KeyboardInterrupt) when started on the main thread, which would turn the
@@ -19,21 +24,21 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+import exporter
 from exporter.config import Spark
 
 APP_NAME = "pulsar-quota-exporter"
 
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
-
-# Not overridable: the parse builds label maps that may name a label twice, and counts
-# such lines itself; Spark's default policy would fail the whole job instead.
-REQUIRED = {"spark.sql.mapKeyDedupPolicy": "LAST_WIN"}
 
 PYTHON_KEY = "spark.pyspark.python"
 
@@ -63,14 +68,9 @@ def session_conf(cfg: Spark) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.log.level": "ERROR",
-        # Shuffles here are small group-bys; adaptive execution coalesces further.
-        "spark.sql.shuffle.partitions": str(2 * (cores or os.cpu_count() or 1)),
-        "spark.sql.adaptive.enabled": "true",
+        "spark.python.worker.reuse": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
-        # A body is one task; a body larger than this (a broker with ~5k topics or more)
-        # is split on line boundaries so that one big broker still uses every core.
-        "spark.sql.files.maxPartitionBytes": "32m",
     }
     if cores is not None:
         # Executors of a cluster master must reach the driver: bind to loopback only
@@ -82,7 +82,6 @@ def session_conf(cfg: Spark) -> dict[str, str]:
         conf[PYTHON_KEY] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
     conf.update({str(k): str(v) for k, v in sorted(cfg.conf.items())})
-    conf.update(REQUIRED)
     return conf
 
 
@@ -103,8 +102,20 @@ def get_session(cfg: Spark) -> SparkSession:
             with keeping_sigint_handler():
                 _session = builder.getOrCreate()
             _session.sparkContext.setLogLevel(_session.conf.get("spark.log.level", "ERROR"))
+            if local_cores(cfg.master) is None:
+                _session.sparkContext.addPyFile(package_zip())
             atexit.register(stop)
         return _session
+
+
+def package_zip() -> str:
+    """This package as a zip in a temporary directory, for a cluster's executors."""
+    root = Path(exporter.__file__).resolve().parent
+    target = Path(tempfile.mkdtemp(prefix="pulsar-quota-exporter-")) / "exporter.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(root.rglob("*.py")):
+            archive.write(path, path.relative_to(root.parent).as_posix())
+    return str(target)
 
 
 @contextmanager

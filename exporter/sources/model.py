@@ -1,8 +1,8 @@
-"""What the sources hand to the pipeline: raw broker bodies (spooled to disk), admin stats, health.
+"""What the sources hand on: admin stats, and every source's health.
 
-Broker bodies are never decoded in Python: they are streamed to a spool file that the Spark
-plan reads line by line (DESIGN.md, "Parsing is the hot path"). A failing source keeps its last
-good body in use and says so in its `SourceHealth`.
+Broker bodies never reach the driver: they are fetched and parsed inside the cycle's Spark
+tasks (pipeline/scrape.py). A failing source keeps its last good data in use and says so
+in its `SourceHealth`.
 """
 
 from __future__ import annotations
@@ -27,16 +27,6 @@ class ScrapeError(StrEnum):
 class SourceKind(StrEnum):
     BROKER = "broker"
     ADMIN = "admin"
-
-
-@dataclass(frozen=True)
-class BrokerBody:
-    """One broker's /metrics body as fetched, stored at `path` (Prometheus text format)."""
-
-    source: str  # the configured URL, also the `source` label
-    path: str  # spool file holding the body, bytes exactly as served (decompressed)
-    size_bytes: int
-    fetched_at: float  # unix seconds when the fetch completed
 
 
 @dataclass(frozen=True)
@@ -94,6 +84,5 @@ class Snapshot:
     """Everything one cycle knows about the cluster, before any parsing."""
 
     taken_at: float
-    bodies: tuple[BrokerBody, ...]  # last good body per broker source (may be stale)
     admin: AdminSnapshot | None
     health: tuple[SourceHealth, ...]

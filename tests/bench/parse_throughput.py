@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench.synthetic import BodySpec, BodyStats, write_body
+from tests.harness.synthetic import BodySpec, BodyStats, write_body
 
 
 @dataclass

@@ -81,10 +81,10 @@ def _stall(broker: EmbeddedBroker, messages: int) -> None:
         client.close()
 
 
-def test_backlog_age_grows_with_wall_time_and_time_eviction_moves_the_cursor(broker, tmp_path):
+def test_backlog_age_grows_with_wall_time_and_time_eviction_moves_the_cursor(broker):
     _stall(broker, 40)
     assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == 40)
-    exporter = Exporter(_config(broker, enforce=True), spool_dir=str(tmp_path))
+    exporter = Exporter(_config(broker, enforce=True))
     try:
         first = exporter.cycle()
         stalled_at = time.time()
@@ -110,10 +110,10 @@ def test_backlog_age_grows_with_wall_time_and_time_eviction_moves_the_cursor(bro
         exporter.close()
 
 
-def test_dry_run_moves_nothing_and_counts_would_evict(broker, tmp_path):
+def test_dry_run_moves_nothing_and_counts_would_evict(broker):
     _stall(broker, 10)
     assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == 10)
-    exporter = Exporter(_config(broker, enforce=False, limit_time="1s"), spool_dir=str(tmp_path))
+    exporter = Exporter(_config(broker, enforce=False, limit_time="1s"))
     try:
         exporter.cycle()
         time.sleep(2)
@@ -128,10 +128,10 @@ def test_dry_run_moves_nothing_and_counts_would_evict(broker, tmp_path):
         exporter.close()
 
 
-def test_broker_restart_keeps_last_metrics_marks_source_down_and_recovers(broker, tmp_path):
+def test_broker_restart_keeps_last_metrics_marks_source_down_and_recovers(broker):
     _stall(broker, 5)
     assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == 5)
-    exporter = Exporter(_config(broker, enforce=False, limit_time="1h"), spool_dir=str(tmp_path))
+    exporter = Exporter(_config(broker, enforce=False, limit_time="1h"))
     try:
         good = exporter.cycle()
         assert _sample(good.body, "pulsar_quota_exporter_source_up") == 1
@@ -190,10 +190,10 @@ def _stall_sized(broker: EmbeddedBroker) -> float:
     return counters["pulsar_in_bytes_total"] / SIZE_MESSAGES
 
 
-def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_the_limit(broker, tmp_path):
+def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_the_limit(broker):
     per_message = _stall_sized(broker)
     assert SIZE_MESSAGES * per_message > SIZE_LIMIT  # the workload is over its quota
-    exporter = Exporter(_size_config(broker, enforce=True), spool_dir=str(tmp_path))
+    exporter = Exporter(_size_config(broker, enforce=True))
     try:
         report = exporter.cycle()
         evicted = _sample(report.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
@@ -216,9 +216,9 @@ def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_the_limit(brok
         exporter.close()
 
 
-def test_size_dry_run_moves_nothing_and_counts_would_evict(broker, tmp_path):
+def test_size_dry_run_moves_nothing_and_counts_would_evict(broker):
     _stall_sized(broker)
-    exporter = Exporter(_size_config(broker, enforce=False), spool_dir=str(tmp_path))
+    exporter = Exporter(_size_config(broker, enforce=False))
     try:
         exporter.cycle()
         report = exporter.cycle()

@@ -3,27 +3,28 @@
 import os
 import signal
 import sys
+import zipfile
 
 from pyspark.sql.functions import udf
 
 from exporter.config import Spark
 from exporter.pipeline.session import (
-    REQUIRED,
     get_session,
     keeping_sigint_handler,
     local_cores,
+    package_zip,
     session_conf,
 )
 
 
-def test_local_masters_are_bound_to_loopback_with_few_shuffle_partitions():
+def test_local_masters_are_bound_to_loopback_and_run_this_python():
     conf = session_conf(Spark(master="local[3]"))
     assert conf["spark.master"] == "local[3]"
     assert conf["spark.driver.host"] == "127.0.0.1"
     assert conf["spark.driver.bindAddress"] == "127.0.0.1"
     assert conf["spark.ui.enabled"] == "false"
-    assert conf["spark.sql.shuffle.partitions"] == "6"  # 2 × cores
-    assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    assert conf["spark.pyspark.python"] == sys.executable
+    assert conf["spark.python.worker.reuse"] == "true"  # imports stay warm between cycles
 
 
 def test_cluster_masters_are_not_bound_to_loopback():
@@ -31,18 +32,23 @@ def test_cluster_masters_are_not_bound_to_loopback():
     conf = session_conf(Spark(master="spark://spark-master:7077"))
     assert "spark.driver.host" not in conf
     assert "spark.driver.bindAddress" not in conf
-    assert conf["spark.sql.shuffle.partitions"] == str(2 * (os.cpu_count() or 1))
+    assert "spark.pyspark.python" not in conf  # the executors' own Python
 
 
-def test_config_conf_overrides_defaults_but_not_what_the_parse_requires():
+def test_config_conf_overrides_defaults():
     conf = session_conf(Spark(master="local[2]", conf={
-        "spark.sql.shuffle.partitions": "64",
+        "spark.python.worker.reuse": "false",
         "spark.driver.memory": "4g",
-        "spark.sql.mapKeyDedupPolicy": "EXCEPTION",
     }))
-    assert conf["spark.sql.shuffle.partitions"] == "64"
+    assert conf["spark.python.worker.reuse"] == "false"
     assert conf["spark.driver.memory"] == "4g"
-    assert conf["spark.sql.mapKeyDedupPolicy"] == REQUIRED["spark.sql.mapKeyDedupPolicy"]
+
+
+def test_the_package_zip_for_cluster_executors_holds_the_task_code():
+    with zipfile.ZipFile(package_zip()) as archive:
+        names = set(archive.namelist())
+    assert {"exporter/__init__.py", "exporter/pipeline/scrape.py",
+            "exporter/pipeline/parse.py", "exporter/sources/brokers.py"} <= names
 
 
 def test_local_cores():

@@ -1,32 +1,32 @@
-"""Per-entity Aggregates from broker bodies: the Apache Pulsar fixture's namespace values
-and load-manager usage, pulsar-lite's derived topic values, a topic reported by two
-brokers, namespace-level fallback, resource-group binding precedence, topics placed in
-bundles by Pulsar's CRC-32 rule, and the totals of a synthetic body.
+"""Per-entity Aggregates from broker bodies, merged across brokers on the driver: the
+Apache Pulsar fixture's namespace values and load-manager usage, pulsar-lite's derived
+topic values, a topic reported by two brokers, namespace-level fallback, resource-group
+binding precedence, topics placed in bundles by Pulsar's CRC-32 rule, and the totals of a
+synthetic body. Pure Arrow, as on the driver: no Spark here.
 
 Expected values are read off the bodies by hand, or come from the synthetic generator's
-own formulas (tests/bench/synthetic.py), never from the code under test.
+own formulas (tests/harness/synthetic.py), never from the code under test.
 """
 
 # Body lines are real-format metric lines, longer than the line limit.
 # ruff: noqa: E501
 
-from pathlib import Path
-
+import pyarrow as pa
 import pytest
 
-from exporter.config import LoadManager, ResourceGroup, Spark
+from exporter.config import LoadManager, ResourceGroup
 from exporter.engine.loadbalance import Resource, ShedOutcome
 from exporter.loadview import Judged, Unjudged, UsageGap, evaluate_load
-from exporter.pipeline.aggregate import aggregate, bindings, bundle_ranges, in_range, topic_hash
+from exporter.pipeline import slices
+from exporter.pipeline.merge import bindings, bundle_ranges, empty, in_range, merge
 from exporter.pipeline.model import FULL_BUNDLE, SCHEMAS, Aggregates, MalformedReason
-from exporter.pipeline.session import get_session
-from exporter.sources.model import BrokerBody, BundleOwnership
-from tests.bench.synthetic import BodySpec, expected_totals, write_body
+from exporter.pipeline.parse import parse_text
+from exporter.pipeline.tables import SourceTables, source_tables
+from exporter.sources.model import BundleOwnership
+from tests.harness.fixtures import FIXTURES
+from tests.harness.synthetic import BodySpec, body_text, expected_totals
 
-FIXTURE = Path("/work/shared/fixtures/apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt")
-if not FIXTURE.exists():
-    FIXTURE = (Path(__file__).resolve().parents[3] / "shared" / "fixtures"
-               / "apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt")
+FIXTURE = FIXTURES / "apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt"
 
 # pulsar-lite: short names, no topic-level out counters, backlog or out rates; its
 # subscription timestamps are in seconds (0 = never).
@@ -93,15 +93,9 @@ GROUPS = {
 }
 
 
-@pytest.fixture(scope="module")
-def spark():
-    return get_session(Spark(master="local[2]"))
-
-
-def _body(tmp: Path, source: str, text: str) -> BrokerBody:
-    path = tmp / (source.split("//")[1].split("/")[0] + ".txt")
-    path.write_text(text, encoding="utf-8")
-    return BrokerBody(source=source, path=str(path), size_bytes=len(text), fetched_at=0.0)
+def _tables(text: str | bytes) -> SourceTables:
+    """One body as its Spark task hands it over."""
+    return source_tables([parse_text(text.encode() if isinstance(text, str) else text)])
 
 
 def _by(table, *keys):
@@ -110,26 +104,17 @@ def _by(table, *keys):
 
 
 @pytest.fixture(scope="module")
-def single(spark, tmp_path_factory):
+def single():
     """The Apache Pulsar fixture and a pulsar-lite body, one cycle."""
-    tmp = tmp_path_factory.mktemp("single")
-    bodies = [
-        BrokerBody("http://apache/metrics", str(FIXTURE), FIXTURE.stat().st_size, 0.0),
-        _body(tmp, "http://lite/metrics", LITE),
-    ]
-    return aggregate(spark, bodies, {})
+    return merge([("http://apache/metrics", _tables(FIXTURE.read_bytes())),
+                  ("http://lite/metrics", _tables(LITE))], {})
 
 
 @pytest.fixture(scope="module")
-def fleet(spark, tmp_path_factory):
-    """Two brokers of one cluster, resource groups configured, one spool file gone."""
-    tmp = tmp_path_factory.mktemp("fleet")
-    bodies = [
-        _body(tmp, "http://broker-a/metrics", BROKER_A),
-        _body(tmp, "http://broker-b/metrics", BROKER_B),
-        BrokerBody("http://broker-c/metrics", str(tmp / "gone.txt"), 0, 0.0),
-    ]
-    return aggregate(spark, bodies, GROUPS)
+def fleet():
+    """Two brokers of one cluster, resource groups configured."""
+    return merge([("http://broker-a/metrics", _tables(BROKER_A)),
+                  ("http://broker-b/metrics", _tables(BROKER_B))], GROUPS)
 
 
 def test_tables_have_the_documented_schemas(single, fleet):
@@ -244,11 +229,17 @@ def test_brokers_table(fleet):
     assert a["cluster"] == b["cluster"] == "prod"
 
 
-def test_malformed_lines_counted_and_a_missing_body_named(fleet):
+def test_malformed_lines_counted_per_source(fleet):
     malformed = _by(fleet.malformed, "source", "reason")
     assert malformed["http://broker-b/metrics", MalformedReason.SYNTAX.value]["lines"] == 1
     assert malformed["http://broker-a/metrics", MalformedReason.SYNTAX.value]["lines"] == 0
-    assert fleet.unreadable == ("http://broker-c/metrics",)
+
+
+def test_stale_tables_count_no_malformed_lines_again():
+    b = _tables(BROKER_B)
+    agg = merge([("http://broker-b/metrics", b)], {}, malformed={})
+    assert agg.topics.num_rows == 1  # the stale tables are used...
+    assert sum(agg.malformed["lines"].to_pylist()) == 0  # ...their skipped lines not recounted
 
 
 def test_resource_group_usage_namespace_binding_beats_tenant(fleet):
@@ -277,10 +268,8 @@ def test_bindings_precedence_is_deterministic():
     assert by_tenant == {"t": "a"}  # named twice: the first group by name
 
 
-def test_no_readable_body(spark, tmp_path):
-    agg = aggregate(spark, [BrokerBody("http://x/metrics", str(tmp_path / "none"), 0, 0.0)],
-                    {"g": ResourceGroup("g", tenants=("t",))})
-    assert agg.unreadable == ("http://x/metrics",)
+def test_no_broker_data_at_all():
+    agg = empty({"g": ResourceGroup("g", tenants=("t",))})
     assert agg.topics.num_rows == 0 and agg.brokers.num_rows == 0
     assert agg.resource_groups.to_pylist() == [
         {"resource_group": "g", "monitoring_class": c, "messages_total": 0.0,
@@ -288,11 +277,9 @@ def test_no_readable_body(spark, tmp_path):
     assert isinstance(Aggregates.empty(), Aggregates)
 
 
-def test_synthetic_body_totals(spark, tmp_path):
+def test_synthetic_body_totals():
     spec = BodySpec(topics=60, namespaces=7)
-    write_body(tmp_path / "synthetic.txt", spec)
-    agg = aggregate(spark, [BrokerBody("http://synthetic/metrics",
-                                       str(tmp_path / "synthetic.txt"), 0, 0.0)], {})
+    agg = merge([("http://synthetic/metrics", _tables(body_text(spec)))], {})
     want = expected_totals(spec)
     namespaces = agg.namespaces.to_pylist()
     assert len(namespaces) == 7
@@ -398,16 +385,12 @@ def _bundled_body() -> str:
 
 
 @pytest.fixture(scope="module")
-def bundled(spark, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bundled")
+def bundled():
     owners = [BundleOwnership("shop/orders", _LOW, "shop:8080"),
               BundleOwnership("shop/orders", _HIGH, "shop:8080"),
               BundleOwnership("shop/misc", "0x00000000_0x80000000", "shop:8080"),
               BundleOwnership("shop/misc", "0x70000000_0xffffffff", "shop:8080")]  # overlap
-    path = tmp / "shop.txt"  # not _body(): Hadoop paths cannot hold the port's colon
-    path.write_text(_bundled_body(), encoding="utf-8")
-    body = BrokerBody("http://shop:8080/metrics", str(path), path.stat().st_size, 0.0)
-    return aggregate(spark, [body], {}, bundles=owners)
+    return merge([("http://shop:8080/metrics", _tables(_bundled_body()))], {}, bundles=owners)
 
 
 def test_topics_land_in_the_bundle_holding_their_crc32(bundled):
@@ -427,20 +410,14 @@ def test_topics_land_in_the_bundle_holding_their_crc32(bundled):
     assert broker["rate_in"] == sum(rate.values())
 
 
-def test_topic_hash_and_range_ends_in_spark(spark):
-    from pyspark.sql import functions as F
-
-    rows = spark.createDataFrame(
-        [("123456789", 0xFFFFFFFF, 0x80000000, 0xFFFFFFFF),
-         ("123456789", 0x80000000, 0x00000000, 0x80000000),
-         ("123456789", 0x80000000, 0x80000000, 0xFFFFFFFF),
-         ("123456789", 0xFFFFFFFE, 0x00000000, 0xFFFFFFFE)],
-        "name string, k long, lo long, hi long",
-    ).select(topic_hash(F.col("name")).alias("h"),
-             in_range(F.col("k"), F.col("lo"), F.col("hi")).alias("inside")).collect()
-    assert {r["h"] for r in rows} == {0xCBF43926}
+def test_topic_hash_and_range_ends():
+    hashes = slices.crc32(pa.array(["123456789", "persistent://shop/orders/t1"]))
+    assert hashes.to_pylist() == [0xCBF43926, crc32_reference(b"persistent://shop/orders/t1")]
     # the range ending at 0xffffffff includes it; any other upper end is excluded
-    assert [r["inside"] for r in rows] == [True, False, True, False]
+    assert [in_range(k, lo, hi) for k, lo, hi in [
+        (0xFFFFFFFF, 0x80000000, 0xFFFFFFFF), (0x80000000, 0x00000000, 0x80000000),
+        (0x80000000, 0x80000000, 0xFFFFFFFF), (0xFFFFFFFE, 0x00000000, 0xFFFFFFFE),
+    ]] == [True, False, True, False]
 
 
 def test_bundle_ranges_keep_only_consistent_listings():

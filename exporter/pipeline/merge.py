@@ -1,0 +1,350 @@
+"""Every broker's tables → one cycle's Aggregates, on the driver, in Arrow.
+
+What arrives here is per entity already (the Spark tasks parsed and grouped each body,
+tables.py), so this is the only step that sees all brokers at once, and it is small:
+rows per topic, not per sample. Rules (schemas and units: model.py):
+
+- a topic reported by two brokers keeps one report (largest msg_in_total, ties to the
+  smaller source) and only that broker's subscriptions of it: never double-counted;
+- a namespace sums its topics per broker; a broker with topic-level metrics off
+  contributes its own namespace-level series instead (Apache Pulsar prints one or the
+  other, NamespaceStatsAggregator.generate); brokers are then summed;
+- resource-group usage sums the namespaces bound to each group, a namespace binding
+  beating its tenant's (PIP-82); publish = in counters, dispatch = out counters;
+- a topic belongs to the namespace bundle holding the CRC-32 of its full name, Apache
+  Pulsar's rule (`in_range`); the broker table adds the broker's `pulsar_lb_*` usage.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from exporter.config import MonitoringClass, ResourceGroup
+from exporter.pipeline.model import (
+    BROKERS,
+    BUNDLES,
+    FULL_BUNDLE,
+    MALFORMED,
+    NAMESPACES,
+    RESOURCE_GROUPS,
+    SUBSCRIPTIONS,
+    TOPICS,
+    Aggregates,
+    MalformedReason,
+)
+from exporter.pipeline.tables import SourceTables
+from exporter.sources.model import BundleOwnership
+
+_BROKER_RATES = ("rate_in", "rate_out", "throughput_in", "throughput_out")
+_COUNTERS = ("msg_in_total", "bytes_in_total", "msg_out_total", "bytes_out_total")
+# Pulsar's resource-group monitoring classes: publish counts what comes in, dispatch what
+# goes out (PIP-82).
+_CLASS_COUNTERS = (
+    (MonitoringClass.DISPATCH, "msg_out_total", "bytes_out_total"),
+    (MonitoringClass.PUBLISH, "msg_in_total", "bytes_in_total"),
+)
+_VALUE_COLUMNS = [f.name for f in TOPICS if f.name not in ("topic", "namespace", "source")]
+_BUNDLE_VALUES = ("producers", "consumers", "rate_in", "rate_out", "throughput_in",
+                  "throughput_out")
+_USAGE_COLUMNS = tuple(f.name for f in BROKERS if f.name.endswith("_percent"))
+# Pulsar's LAST_BOUNDARY: the bundle ending there includes it (NamespaceBundles).
+_LAST_BOUNDARY = 0xFFFFFFFF
+_RANGE = re.compile(r"0x([0-9a-fA-F]{1,8})_0x([0-9a-fA-F]{1,8})")
+
+
+def merge(
+    tables: Sequence[tuple[str, SourceTables]],
+    resource_groups: Mapping[str, ResourceGroup],
+    bundles: Iterable[BundleOwnership] = (),
+    malformed: Mapping[str, Mapping[str, int]] | None = None,
+) -> Aggregates:
+    """One cycle's Aggregates from each broker's tables (source URL, tables). `bundles`
+    (the admin snapshot's, owners unused here) give the namespaces' bundle boundaries;
+    without them every namespace is one bundle (`FULL_BUNDLE`). `malformed`: this cycle's
+    skipped lines per freshly fetched source (default: every source's, from its tables)."""
+    groups = sorted(resource_groups.values(), key=lambda g: g.name)
+    sources = sorted({source for source, _ in tables})
+    if malformed is None:
+        malformed = {source: t.malformed for source, t in tables}
+    all_topics = _with_source([(s, t.topics) for s, t in tables])
+    topics = _dedup(all_topics)
+    owned = _with_source([(s, t.subscriptions) for s, t in tables]).join(
+        topics.select(["source", "topic"]), ["source", "topic"], join_type="left semi",
+        use_threads=False)
+    per_source = _namespaces_per_source(topics, _with_source(
+        [(s, t.namespaces) for s, t in tables]))
+    namespaces = _namespaces(per_source)
+    shares = _bundle_shares(topics, per_source, bundle_ranges(bundles))
+    usage = {s: t.usage.to_pylist()[0] if t.usage.num_rows else {} for s, t in tables}
+    brokers, bundle_table = _load_tables(shares, usage, sources)
+    return Aggregates(
+        topics=_shaped(topics.sort_by([("topic", "ascending")]), TOPICS),
+        subscriptions=_shaped(owned.sort_by([("topic", "ascending"),
+                                             ("subscription", "ascending")]), SUBSCRIPTIONS),
+        namespaces=_shaped(namespaces.sort_by("namespace"), NAMESPACES),
+        resource_groups=_resource_groups(namespaces, groups),
+        brokers=brokers,
+        malformed=_malformed(malformed, sources),
+        bundles=bundle_table,
+    )
+
+
+def _with_source(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
+    """The tables of every source stacked, with a `source` column."""
+    if not parts:
+        raise ValueError("no tables")
+    stacked = [t.append_column("source", pa.array([s] * t.num_rows, pa.string()))
+               for s, t in parts]
+    return pa.concat_tables(stacked).combine_chunks()
+
+
+def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    return table.select(schema.names).cast(schema)
+
+
+def _first_per(table: pa.Table, key: str) -> pa.Table:
+    """The first row of each run of equal `key` values (the table is sorted on it)."""
+    if table.num_rows == 0:
+        return table
+    column = table[key].combine_chunks()
+    change = pc.not_equal(column[1:], column[:-1]).to_numpy(zero_copy_only=False)
+    return table.filter(pa.array(np.concatenate(([True], change))))
+
+
+def _dedup(topics: pa.Table) -> pa.Table:
+    """One report per topic: the largest msg_in_total wins, then the smaller source."""
+    ranked = topics.sort_by([("topic", "ascending", "at_end"),
+                             ("msg_in_total", "descending", "at_end"),
+                             ("source", "ascending", "at_end")])
+    return _first_per(ranked, "topic")
+
+
+def _sums(table: pa.Table, keys: list[str], prefix: str) -> pa.Table:
+    grouped = table.group_by(keys, use_threads=False).aggregate(
+        [("topic", "count"), ("cluster", "max"), *[(n, "sum") for n in _VALUE_COLUMNS]])
+    names = {"topic_count": f"{prefix}topics", "cluster_max": f"{prefix}cluster",
+             **{f"{n}_sum": f"{prefix}{n}" for n in _VALUE_COLUMNS}}
+    return grouped.rename_columns([names.get(n, n) for n in grouped.column_names])
+
+
+def _namespaces_per_source(topics: pa.Table, reported: pa.Table) -> pa.Table:
+    """(source, namespace): sums over the broker's topics, or, where it reported no topic
+    of the namespace, its namespace-level series."""
+    from_topics = _sums(topics.filter(topics["namespace"].is_valid()),
+                        ["source", "namespace"], "t_")
+    reported = reported.rename_columns(
+        [n if n in ("source", "namespace") else f"n_{n}" for n in reported.column_names])
+    joined = from_topics.join(reported, ["source", "namespace"], join_type="full outer",
+                              use_threads=False)
+    has_topics = joined["t_topics"].is_valid()
+    n_topics = pc.cast(pc.if_else(pc.is_finite(joined["n_topics"]), joined["n_topics"], None),
+                       pa.int64(), safe=False)
+    columns = {
+        "source": joined["source"],
+        "namespace": joined["namespace"],
+        "topics": pc.coalesce(joined["t_topics"], n_topics, 0),
+        "cluster": pc.coalesce(joined["t_cluster"], joined["n_cluster"]),
+        "topic_level": has_topics,  # False: the broker's namespace-level series
+    }
+    for n in _VALUE_COLUMNS:
+        columns[n] = pc.if_else(has_topics, joined[f"t_{n}"], joined[f"n_{n}"])
+    return pa.table(columns)
+
+
+def _namespaces(per_source: pa.Table) -> pa.Table:
+    grouped = per_source.group_by("namespace", use_threads=False).aggregate(
+        [("topics", "sum"), *[(n, "sum") for n in _VALUE_COLUMNS]])
+    return grouped.rename_columns([n.removesuffix("_sum") for n in grouped.column_names])
+
+
+# --- bundles and brokers (load verdicts) ---------------------------------------------------
+def in_range(key: int, lower: int, upper: int) -> bool:
+    """`key` in [lower, upper), closed at the top for the range ending at 0xffffffff: the
+    last bundle of a namespace includes LAST_BOUNDARY (NamespaceBundles, and
+    NamespaceBundleFactory.getBundle for a range string)."""
+    return lower <= key < upper or (upper == _LAST_BOUNDARY and key == upper)
+
+
+def parse_range(text: str) -> tuple[int, int] | None:
+    """`0x00000000_0x40000000` → (lower, upper); None when it is not a non-empty range."""
+    match = _RANGE.fullmatch(text)
+    if match is None:
+        return None
+    lower, upper = int(match[1], 16), int(match[2], 16)
+    return (lower, upper) if lower < upper else None
+
+
+def bundle_ranges(bundles: Iterable[BundleOwnership]) -> dict[str, list[tuple[int, int, str]]]:
+    """namespace → its bundles as (lower, upper, range name), by lower bound. A namespace
+    whose ranges do not parse or overlap is left out (its topics fall in FULL_BUNDLE): a
+    topic must never land in two bundles. The names are kept as the admin REST spells them,
+    so they match `BundleOwnership.bundle`."""
+    listed: dict[str, list[tuple[int, int, str]]] = {}
+    broken: set[str] = set()
+    for b in bundles:
+        bounds = parse_range(b.bundle)
+        if bounds is None:
+            broken.add(b.namespace)
+        else:
+            listed.setdefault(b.namespace, []).append((*bounds, b.bundle))
+    out = {}
+    for namespace, ranges in sorted(listed.items()):
+        ranges = sorted(set(ranges))
+        disjoint = all(a[1] <= b[0] for a, b in pairwise(ranges))
+        if namespace not in broken and disjoint:
+            out[namespace] = ranges
+    return out
+
+
+def place(namespace: pa.Array, topic_hash: pa.Array,
+          ranges: Mapping[str, Sequence[tuple[int, int, str]]]) -> pa.Array:
+    """The bundle holding each topic: the range of its namespace that holds its hash
+    (Apache Pulsar's NamespaceBundles.findBundle, `in_range`), FULL_BUNDLE where the
+    namespace has no ranges or none holds it. One binary search over (namespace, lower
+    bound) keys for all topics at once."""
+    names = sorted(ranges)
+    lowers, uppers, labels = [], [], []
+    for i, ns in enumerate(names):
+        for lo, hi, label in ranges[ns]:
+            lowers.append((i << 33) + lo)
+            uppers.append((i << 33) + hi)
+            labels.append(label)
+    n = len(namespace)
+    if not lowers or n == 0:
+        return pa.array([FULL_BUNDLE] * n, pa.string())
+    index = pc.index_in(namespace, pa.array(names, pa.string())).to_numpy(zero_copy_only=False)
+    known = ~np.isnan(index) if index.dtype.kind == "f" else np.ones(n, bool)
+    h = pc.fill_null(topic_hash, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    key = (np.nan_to_num(index).astype(np.int64) << 33) + h
+    at = np.searchsorted(np.array(lowers), key, side="right") - 1
+    upper = np.array(uppers)[np.maximum(at, 0)]
+    last = (upper & 0x1FFFFFFFF) == _LAST_BOUNDARY
+    hit = known & (at >= 0) & ((key < upper) | (last & (key == upper)))
+    chosen = np.array(labels, dtype=object)[np.maximum(at, 0)]
+    return pa.array(np.where(hit, chosen, FULL_BUNDLE).tolist(), pa.string())
+
+
+def _bundle_shares(topics: pa.Table, per_source: pa.Table,
+                   ranges: Mapping[str, Sequence[tuple[int, int, str]]]) -> pa.Table:
+    """(source, namespace, bundle): sums over the source's topics in the bundle, plus one
+    FULL_BUNDLE row per namespace a source reported only namespace-level series for (its
+    topics cannot be placed)."""
+    placed = topics.filter(topics["namespace"].is_valid())
+    placed = placed.append_column(
+        "bundle", place(placed["namespace"].combine_chunks(),
+                        placed["topic_hash"].combine_chunks(), ranges))
+    grouped = placed.group_by(["source", "namespace", "bundle"], use_threads=False).aggregate(
+        [("topic", "count"), ("cluster", "max"), *[(n, "sum") for n in _BUNDLE_VALUES]])
+    names = {"topic_count": "topics", "cluster_max": "cluster",
+             **{f"{n}_sum": n for n in _BUNDLE_VALUES}}
+    from_topics = grouped.rename_columns([names.get(n, n) for n in grouped.column_names])
+    order = ["source", "namespace", "bundle", "topics", "cluster", *_BUNDLE_VALUES]
+    namespace_level = per_source.filter(pc.invert(per_source["topic_level"]))
+    namespace_level = namespace_level.append_column(
+        "bundle", pa.array([FULL_BUNDLE] * namespace_level.num_rows, pa.string()))
+    return pa.concat_tables([from_topics.select(order).cast(from_topics.select(order).schema),
+                             namespace_level.select(order).cast(
+                                 from_topics.select(order).schema)])
+
+
+def _load_tables(shares: pa.Table, usage: Mapping[str, Mapping], sources: Sequence[str],
+                 ) -> tuple[pa.Table, pa.Table]:
+    """(BROKERS, BUNDLES): each broker's totals are summed from its bundle shares (a few
+    rows per broker and bundle), its `pulsar_lb_*` usage taken from its own row."""
+    zero = {"cluster": None, "topics": 0, "sessions": 0.0, **dict.fromkeys(_BROKER_RATES, 0.0),
+            **dict.fromkeys(_USAGE_COLUMNS)}
+    brokers = {s: {"source": s, **zero} for s in sources}
+
+    def see_cluster(broker: dict, cluster: str | None) -> None:
+        if cluster is not None and (broker["cluster"] is None or cluster > broker["cluster"]):
+            broker["cluster"] = cluster
+
+    for source, row in usage.items():
+        if source in brokers and row:
+            see_cluster(brokers[source], row.get("cluster"))
+            brokers[source].update({c: row.get(c) for c in _USAGE_COLUMNS})
+    bundle_rows = []
+    for row in shares.to_pylist():
+        broker = brokers.get(row["source"])
+        if broker is None:
+            continue
+        see_cluster(broker, row["cluster"])
+        bundle_rows.append(row)
+        broker["topics"] += row["topics"]
+        broker["sessions"] += (row["producers"] or 0.0) + (row["consumers"] or 0.0)
+        for rate in _BROKER_RATES:
+            broker[rate] += row[rate] or 0.0
+    bundle_rows.sort(key=lambda r: (r["source"], r["namespace"], r["bundle"]))
+    return (
+        pa.Table.from_pylist([brokers[s] for s in sorted(sources)], schema=BROKERS),
+        pa.Table.from_pylist(bundle_rows, schema=BUNDLES),
+    )
+
+
+def bindings(groups: Iterable[ResourceGroup]) -> tuple[dict[str, str], dict[str, str]]:
+    """(namespace → group, tenant → group). Should a namespace or tenant be named by two
+    groups (config validation should refuse it), the first group by name wins."""
+    namespaces: dict[str, str] = {}
+    tenants: dict[str, str] = {}
+    for group in sorted(groups, key=lambda g: g.name):
+        for ns in group.namespaces:
+            namespaces.setdefault(ns, group.name)
+        for tenant in group.tenants:
+            tenants.setdefault(tenant, group.name)
+    return namespaces, tenants
+
+
+def _resource_groups(namespaces: pa.Table, groups: Sequence[ResourceGroup]) -> pa.Table:
+    """Usage per group × class, each namespace bound by its own binding or its tenant's."""
+    usage: dict[str, dict] = {}
+    if groups:
+        by_namespace, by_tenant = bindings(groups)
+        for row in namespaces.select(["namespace", "topics", *_COUNTERS]).to_pylist():
+            ns = row["namespace"]
+            group = by_namespace.get(ns) or by_tenant.get(ns.split("/", 1)[0])
+            if group is None:
+                continue
+            seen = usage.setdefault(group, {"namespaces": 0, "topics": 0,
+                                            **dict.fromkeys(_COUNTERS, 0.0)})
+            seen["namespaces"] += 1
+            seen["topics"] += row["topics"] or 0
+            for c in _COUNTERS:
+                seen[c] += row[c] or 0.0
+    return _group_rows(groups, usage)
+
+
+def _group_rows(groups: Sequence[ResourceGroup], usage: Mapping[str, Mapping]) -> pa.Table:
+    """Both classes of every configured group; zeros for a group nothing bound was seen."""
+    rows = []
+    for group in groups:
+        seen = usage.get(group.name, {})
+        for cls, messages, byte_count in _CLASS_COUNTERS:
+            rows.append({
+                "resource_group": group.name,
+                "monitoring_class": cls.value,
+                "messages_total": seen.get(messages) or 0.0,
+                "bytes_total": seen.get(byte_count) or 0.0,
+                "namespaces": seen.get("namespaces") or 0,
+                "topics": seen.get("topics") or 0,
+            })
+    return pa.Table.from_pylist(rows, schema=RESOURCE_GROUPS)
+
+
+def _malformed(counts: Mapping[str, Mapping[str, int]], sources: Sequence[str]) -> pa.Table:
+    rows = [
+        {"source": s, "reason": r.value, "lines": counts.get(s, {}).get(r.value, 0)}
+        for s in sorted(sources) for r in sorted(MalformedReason, key=lambda r: r.value)
+    ]
+    return pa.Table.from_pylist(rows, schema=MALFORMED)
+
+
+def empty(resource_groups: Mapping[str, ResourceGroup]) -> Aggregates:
+    """No broker data at all: every configured group at zero usage, every table empty."""
+    groups = sorted(resource_groups.values(), key=lambda g: g.name)
+    return Aggregates.empty().with_resource_groups(_group_rows(groups, {}))

@@ -1,0 +1,172 @@
+"""Broker bodies fetched and parsed in Spark tasks: one job per cycle, nothing on disk.
+
+The plan is one DataFrame of broker endpoints, one partition (so one task) per endpoint,
+mapped with `mapInArrow`: each task streams its broker's /metrics (sources/brokers.py),
+parses it piece by piece as it arrives (parse.py), builds that broker's per-entity tables
+(tables.py) and hands them back as Arrow IPC payloads — a handful of rows per broker
+whatever its size, so the JVM never converts a sample. The driver collects them with one
+`toArrow()` and keeps only per-entity results. The same code runs under `local[*]`,
+`spark://` and `k8s://`: a task needs network access to its broker and this package in
+its Python, nothing shared with the driver.
+
+The plan is built once per set of endpoints and run again every cycle: it has no shuffle
+and no cache, so each run fetches afresh, and no plan is analysed per cycle. A fetch that
+fails is reported by its task with a reason; the driver then keeps that broker's last good
+tables in use (stale) and its `SourceHealth` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from exporter.config import BrokerSource
+from exporter.pipeline.parse import parse_text
+from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
+from exporter.sources.brokers import Failed, HealthLedger, classify, stream, whole_lines
+from exporter.sources.model import ScrapeError, SourceKind
+
+# A body is parsed in pieces of this size as it streams in: memory stays bounded by the
+# piece, not the body, and parsing overlaps the transfer.
+PIECE_BYTES = 8 << 20
+_TABLES = ("subscriptions", "topics", "namespaces", "usage")
+_OUT = StructType([
+    StructField("source", StringType(), False),
+    StructField("part", StringType(), False),  # "status" (JSON) or one of _TABLES (IPC)
+    StructField("payload", BinaryType(), False),
+])
+_ARROW_OUT = pa.schema([("source", pa.string(), False), ("part", pa.string(), False),
+                        ("payload", pa.binary(), False)])
+
+
+# --- in the executor -------------------------------------------------------------------------
+def scrape_endpoints(sources: Sequence[BrokerSource],
+                     batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function over endpoint indexes: index rows → (source, part, payload)."""
+    for batch in batches:
+        for i in batch.column("id").to_pylist():
+            yield scrape_one(sources[i])
+
+
+def scrape_one(source: BrokerSource) -> pa.RecordBatch:
+    """Fetch and parse one broker; a failure of any kind becomes a status row."""
+    started = time.monotonic()
+    status: dict = {"up": False}
+    parts: list[tuple[str, bytes]] = []
+    try:
+        size = 0
+        parsed = []
+        for piece in whole_lines(stream(source, started + source.timeout), PIECE_BYTES):
+            size += len(piece)
+            parsed.append(parse_text(piece))
+        tables = source_tables(parsed)
+        parts = [(name, _ipc(getattr(tables, name))) for name in _TABLES]
+        status = {"up": True, "fetched_at": time.time(), "bytes": size,
+                  "seconds": time.monotonic() - started, "malformed": dict(tables.malformed)}
+    except Exception as exc:  # never fatal: the source is down this cycle, and says why
+        failure = classify(exc)
+        status = {"up": False, "reason": failure.reason.value, "detail": failure.detail}
+    rows = [("status", json.dumps(status).encode()), *parts]
+    return pa.RecordBatch.from_arrays(
+        [pa.array([source.url] * len(rows)), pa.array([r[0] for r in rows]),
+         pa.array([r[1] for r in rows], pa.binary())], schema=_ARROW_OUT)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(payload: bytes) -> pa.Table:
+    return pa.ipc.open_stream(payload).read_all()
+
+
+# --- on the driver ---------------------------------------------------------------------------
+def endpoints_plan(spark: SparkSession, sources: Sequence[BrokerSource]) -> DataFrame:
+    """The cycle's plan: `spark.range` with one index, so one partition and one task, per
+    endpoint (made in the JVM: no Python step before the fetch), each mapped by
+    `scrape_endpoints` with the endpoints themselves carried in the function."""
+    n = len(sources)
+    return spark.range(0, n, 1, n).mapInArrow(partial(scrape_endpoints, tuple(sources)), _OUT)
+
+
+def on_spark(spark: SparkSession, sources: Sequence[BrokerSource]) -> Callable[[], pa.Table]:
+    """The cycle's job: the plan, run and collected once (`toArrow`)."""
+    plan = endpoints_plan(spark, sources) if sources else None
+    return plan.toArrow if plan is not None else _no_rows
+
+
+def in_process(sources: Sequence[BrokerSource]) -> Callable[[], pa.Table]:
+    """The same task code run here, one endpoint after the other: for tests of what the
+    driver does with the tasks' results, without a Spark session."""
+    ids = pa.record_batch([pa.array(range(len(sources)), pa.int64())], names=["id"])
+    return lambda: pa.Table.from_batches(
+        list(scrape_endpoints(tuple(sources), iter([ids]))) or [], schema=_ARROW_OUT)
+
+
+def _no_rows() -> pa.Table:
+    return _ARROW_OUT.empty_table()
+
+
+class BrokerScrape:
+    """Runs the job every cycle and keeps what the driver must remember per broker: its
+    last good tables and its health ledger."""
+
+    def __init__(self, sources: Sequence[BrokerSource], job: Callable[[], pa.Table],
+                 clock: Callable[[], float] = time.time):
+        urls = [s.url for s in sources]
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"duplicate broker source URLs: {urls}")
+        self._sources = tuple(sources)
+        self._job = job
+        self._clock = clock
+        self._ledgers = {u: HealthLedger(u, SourceKind.BROKER) for u in urls}
+        self._last_good: dict[str, SourceTables] = {}
+
+    def run(self) -> BrokerData:
+        """One job; when the job itself fails (executors lost, cancelled), every broker is
+        down this cycle, with the reason, and the last good tables stay in use."""
+        by_source: dict[str, dict[str, bytes]] = {}
+        job_failure: str | None = None
+        try:
+            rows = self._job().to_pylist()
+        except Exception as exc:
+            rows = []
+            job_failure = f"the cycle's Spark job failed: {classify(exc).detail}"
+        for row in rows:
+            by_source.setdefault(row["source"], {})[row["part"]] = row["payload"]
+        malformed = {}
+        for source in self._sources:
+            fresh = self._take(source, by_source.get(source.url, {}), job_failure)
+            if fresh is not None:
+                malformed[source.url] = fresh
+        return BrokerData(
+            tables=tuple((s.url, self._last_good[s.url]) for s in self._sources
+                         if s.url in self._last_good),
+            health=tuple(self._ledgers[s.url].health() for s in self._sources),
+            malformed=malformed,
+        )
+
+    def _take(self, source: BrokerSource, parts: dict[str, bytes],
+              job_failure: str | None) -> Mapping[str, int] | None:
+        """Record one broker's outcome; its skipped lines when it was fetched afresh."""
+        ledger = self._ledgers[source.url]
+        status = json.loads(parts["status"]) if "status" in parts else {
+            "up": False, "reason": ScrapeError.OTHER.value,
+            "detail": job_failure or "no result from its task"}
+        if not status["up"]:
+            failure = Failed(ScrapeError(status["reason"]), status["detail"])
+            ledger.record(up=False, at=self._clock(), errors=(failure,))
+            return None
+        self._last_good[source.url] = SourceTables(
+            **{name: _from_ipc(parts[name]) for name in _TABLES}, malformed=status["malformed"])
+        ledger.record(up=True, at=self._clock())
+        return status["malformed"]

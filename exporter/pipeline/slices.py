@@ -1,0 +1,195 @@
+"""Byte-slice arithmetic over one Arrow buffer: the vectorised pieces of the text parse.
+
+Arrow's compute kernels match and cut whole strings, but have no kernel for "the bytes
+between the third and fourth quote of each line". The parse therefore works on the body's
+one contiguous buffer as numpy arrays: a token is a (start, end) pair of byte offsets, and
+only the tokens the exporter reads are gathered into new Arrow string arrays. No loop runs
+per line; the loops below run per byte of the longest token, over all lines at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_WHITESPACE = (ord(" "), ord("\t"))
+
+
+def split_lines(data: bytes | memoryview) -> pa.LargeStringArray:
+    """Lines of UTF-8 text, each keeping its "\\n" (the exposition format ends lines at
+    "\\n" only: a raw "\\r" may sit inside a label value). Zero-copy over `data`; bytes
+    that are not UTF-8 are replaced (U+FFFD), so one bad byte spoils one line at most."""
+    raw = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(raw == ord("\n")) + 1
+    if len(ends) == 0 or ends[-1] != len(raw):
+        ends = np.append(ends, len(raw))
+    offsets = np.concatenate(([0], ends)).astype(np.int64)
+    lines = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    try:
+        return lines.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        fixed = bytes(data).decode("utf-8", errors="replace").encode()
+        return split_lines(fixed)
+
+
+def buffers(lines: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, data) of a large_string array as numpy arrays: line i is
+    data[offsets[i]:offsets[i + 1]]. `data` is a copy with zero bytes after the text
+    (`padded`), so that `_words` may read 8 bytes at any offset."""
+    _, offsets, data = lines.buffers()
+    off = np.frombuffer(offsets, np.int64)[lines.offset: lines.offset + len(lines) + 1]
+    raw = np.frombuffer(data, np.uint8)[: off[-1]] if data is not None else np.zeros(0, np.uint8)
+    return off, padded(raw)
+
+
+def padded(raw: np.ndarray) -> np.ndarray:
+    """`raw` followed by 16 to 23 zero bytes, to a multiple of 8."""
+    out = np.zeros((len(raw) + 23) // 8 * 8, np.uint8)
+    out[: len(raw)] = raw
+    return out
+
+
+def skip(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes) -> np.ndarray:
+    """Each position moved forward past any of `chars`, never beyond its `stop`."""
+    pos = pos.copy()
+    wanted = np.frombuffer(chars, np.uint8)
+    active = np.flatnonzero(pos < stop)
+    while len(active):
+        hit = np.isin(data[pos[active]], wanted)
+        active = active[hit]
+        pos[active] += 1
+        active = active[pos[active] < stop[active]]
+    return pos
+
+
+def back(data: np.ndarray, end: np.ndarray, start: np.ndarray, chars: bytes) -> np.ndarray:
+    """Each end moved back over any of `chars` before it, never below its `start`."""
+    end = end.copy()
+    wanted = np.frombuffer(chars, np.uint8)
+    active = np.flatnonzero(end > start)
+    while len(active):
+        hit = np.isin(data[end[active] - 1], wanted)
+        active = active[hit]
+        end[active] -= 1
+        active = active[end[active] > start[active]]
+    return end
+
+
+def until(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes) -> np.ndarray:
+    """Each position moved forward to the first of `chars` (or its `stop`)."""
+    pos = pos.copy()
+    wanted = np.frombuffer(chars, np.uint8)
+    active = np.flatnonzero(pos < stop)
+    while len(active):
+        hit = np.isin(data[pos[active]], wanted)
+        active = active[~hit]
+        pos[active] += 1
+        active = active[pos[active] < stop[active]]
+    return pos
+
+
+def _words(data: np.ndarray) -> np.ndarray:
+    """`data` (from `padded`) read as a little-endian uint64 at every byte offset: one
+    gather fetches the 8 bytes that start anywhere in the text."""
+    return np.lib.stride_tricks.as_strided(
+        data.view("<u8"), shape=(len(data) - 8,), strides=(1,), writeable=False)
+
+
+def _first_bytes(length: np.ndarray, word: np.ndarray) -> np.ndarray:
+    """`word` with its bytes from `length` on zeroed (length clipped to 0..8)."""
+    bits = np.clip(length, 0, 8).astype(np.uint64) * np.uint64(8)
+    keep = np.where(bits >= 64, np.uint64(0xFFFFFFFFFFFFFFFF),
+                    (np.uint64(1) << np.minimum(bits, 63)) - np.uint64(1))
+    return word & keep
+
+
+def views(data: np.ndarray, start: np.ndarray, end: np.ndarray,
+          present: np.ndarray | None = None) -> pa.StringViewArray:
+    """The slices data[start:end] as a string_view array over `data` itself: 16 bytes per
+    slice (its length, then its bytes inline up to 12, else a 4-byte prefix and its
+    offset), whatever the slices' lengths; null where `present` is False. Slices are cut
+    at ASCII delimiters, so they are valid UTF-8 when `data` is. `data` < 2 GiB."""
+    n = len(start)
+    length = np.maximum(end - start, 0).astype(np.int64)
+    if present is not None:
+        length[~present] = 0
+    start = np.where(length > 0, start, 0)
+    words = _words(data)
+    lo = _first_bytes(length, words[start])
+    hi = _first_bytes(length - 8, words[start + 8])
+    long = length > 12
+    out = np.empty((n, 2), np.uint64)
+    out[:, 0] = length.astype(np.uint64) | (lo << np.uint64(32))
+    out[:, 1] = np.where(long, start.astype(np.uint64) << np.uint64(32),
+                         (lo >> np.uint64(32)) | (hi << np.uint64(32)))
+    validity = None
+    if present is not None and not present.all():
+        validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+    return pa.Array.from_buffers(pa.string_view(), n,
+                                 [validity, pa.py_buffer(out), pa.py_buffer(data)])
+
+
+def distinct(data: np.ndarray, start: np.ndarray, end: np.ndarray,
+             present: np.ndarray | None = None) -> pa.DictionaryArray:
+    """`views` dictionary-encoded, its distinct values copied out as large_string: a label
+    repeated on every sample of a topic is copied once."""
+    encoded = pc.dictionary_encode(views(data, start, end, present))
+    return pa.DictionaryArray.from_arrays(encoded.indices,
+                                          encoded.dictionary.cast(pa.large_string()))
+
+
+def short_key(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each slice as one uint64 hash of (length, first 8 bytes, last 8 bytes): equal slices
+    have equal keys; slices of at most 16 bytes with equal keys are equal unless the hash
+    collides (callers confirm a match byte for byte where it matters)."""
+    length = np.maximum(end - start, 0)
+    words = _words(data)
+    head = _first_bytes(length, words[np.maximum(start, 0)])
+    tail = np.where(length > 8, words[np.maximum(end - 8, 0)], np.uint64(0))
+    mixed = head * np.uint64(0x9E3779B97F4A7C15) ^ tail
+    return (mixed * np.uint64(0xBF58476D1CE4E5B9)) ^ length.astype(np.uint64)
+
+
+def short_key_of(word: bytes) -> np.uint64:
+    """`short_key` of one literal word."""
+    buffer = padded(np.frombuffer(word, np.uint8))
+    return short_key(buffer, np.array([0]), np.array([len(word)]))[0]
+
+
+def equal_to(data: np.ndarray, start: np.ndarray, end: np.ndarray, word: bytes) -> np.ndarray:
+    """Whether each slice is exactly `word`."""
+    out = (end - start) == len(word)
+    candidates = np.flatnonzero(out)
+    if len(candidates) and word:
+        window = data[start[candidates][:, None] + np.arange(len(word))]
+        out[candidates] = (window == np.frombuffer(word, np.uint8)).all(axis=1)
+    return out
+
+
+def _crc_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0xEDB88320), table >> 1)
+    return table.astype(np.uint32)
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc32(strings: pa.Array) -> pa.Array:
+    """CRC-32 (zlib's, java.util.zip.CRC32's) of each string's UTF-8 bytes, as int64;
+    null for null. Table-driven, one step per byte position over all strings at once."""
+    strings = strings.cast(pa.large_string())
+    if strings.offset or strings.null_count:
+        strings = pa.concat_arrays([strings])  # own buffers, offset 0
+    off, data = buffers(strings)
+    start, lengths = off[:-1], np.diff(off)
+    crc = np.full(len(strings), 0xFFFFFFFF, np.uint32)
+    for i in range(int(lengths.max(initial=0))):
+        active = np.flatnonzero(lengths > i)
+        byte = data[start[active] + i]
+        crc[active] = _CRC_TABLE[(crc[active] ^ byte) & 0xFF] ^ (crc[active] >> 8)
+    out = (crc ^ np.uint32(0xFFFFFFFF)).astype(np.int64)
+    return pa.array(out, mask=strings.is_null().to_numpy(zero_copy_only=False))

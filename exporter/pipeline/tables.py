@@ -1,0 +1,219 @@
+"""One broker's samples → its per-entity tables, inside the Spark task that fetched it.
+
+Everything here needs only one body, so it runs where the body is, and what leaves the
+executor is a few rows per entity instead of ~50 samples per topic. Samples are grouped
+first on their raw labels (one row per series set), and only then keyed: the full topic
+name, its namespace and partition suffix are computed once per entity, not per sample.
+What needs all brokers at once (a topic reported twice, namespace sums, bundles) is
+`merge.py`'s, on the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from exporter.pipeline import slices
+from exporter.pipeline.model import (
+    SOURCE_NAMESPACES,
+    SOURCE_SUBSCRIPTIONS,
+    SOURCE_TOPICS,
+    SOURCE_USAGE,
+    Level,
+    MalformedReason,
+)
+from exporter.pipeline.parse import (
+    BROKER_FAMILIES,
+    FAMILIES,
+    NAMESPACE_FAMILIES,
+    SUBSCRIPTION_FAMILIES,
+    TOPIC_FAMILIES,
+    Parsed,
+    entity_samples,
+    namespace_of,
+    topic_key,
+    unkeyed,
+)
+from exporter.sources.model import SourceHealth
+
+# Apache Pulsar reports the subscription timestamps in epoch milliseconds, pulsar-lite in
+# seconds; 1e11 s is the year 5138, 1e11 ms is 1973: above it, a value is milliseconds.
+_MILLIS_ABOVE = 1e11
+_TIMESTAMP_COLUMNS = ("last_acked_seconds", "last_consumed_seconds")
+# Topic columns that fall back to the subscriptions' sum (or count) when absent, as Apache
+# Pulsar's NamespaceStatsAggregator derives them.
+FROM_SUBSCRIPTIONS = {
+    "msg_out_total": "msg_out_total",
+    "bytes_out_total": "bytes_out_total",
+    "msg_backlog": "backlog_messages",
+    "consumers": "consumers",
+    "subscriptions": None,  # their count
+    "rate_out": "rate_out",
+    "throughput_out": "throughput_out",
+}
+_F = pa.float64()
+_S = pa.string()
+
+
+@dataclass(frozen=True)
+class SourceTables:
+    """One broker body's entities (schemas in model.py), before de-duplication."""
+
+    subscriptions: pa.Table  # SOURCE_SUBSCRIPTIONS
+    topics: pa.Table  # SOURCE_TOPICS
+    namespaces: pa.Table  # SOURCE_NAMESPACES: the broker's own namespace-level series
+    usage: pa.Table  # SOURCE_USAGE: one row (the pulsar_lb_* gauges, null when absent)
+    malformed: Mapping[str, int]  # MalformedReason value → lines
+
+
+@dataclass(frozen=True)
+class BrokerData:
+    """One cycle's broker side: the freshest tables of each broker (stale where its fetch
+    failed), in configuration order, and every broker's health."""
+
+    tables: tuple[tuple[str, SourceTables], ...]
+    health: tuple[SourceHealth, ...]
+    # Skipped lines by reason, of the bodies fetched this cycle (stale ones not again).
+    malformed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+class BrokerSide(Protocol):
+    """What a cycle needs from the brokers (tests pass a fake)."""
+
+    def run(self) -> BrokerData: ...
+
+
+def source_tables(parts: Sequence[Parsed]) -> SourceTables:
+    """Every chunk of one body, parsed → that body's tables."""
+    samples = _decoded(pa.concat_tables([p.samples for p in parts]))
+    malformed = dict.fromkeys((r.value for r in MalformedReason), 0)
+    for part in parts:
+        for reason, lines in part.malformed.items():
+            malformed[reason.value] += lines
+    malformed[MalformedReason.UNKEYED_TOPIC.value] += unkeyed(samples)
+    samples = entity_samples(samples)
+    subscriptions = _subscriptions(_level(samples, Level.SUBSCRIPTION))
+    topics = _topics(_level(samples, Level.TOPIC), subscriptions)
+    return SourceTables(
+        subscriptions=subscriptions,
+        topics=topics,
+        namespaces=_namespaces(_level(samples, Level.NAMESPACE)),
+        usage=_usage(_level(samples, Level.BROKER)),
+        malformed=malformed,
+    )
+
+
+def _decoded(samples: pa.Table) -> pa.Table:
+    """Dictionary columns (per chunk, each its own dictionary) as plain strings."""
+    columns = [c.cast(_S) if pa.types.is_dictionary(c.type) else c for c in samples.columns]
+    return pa.table(columns, names=samples.column_names).combine_chunks()
+
+
+def _level(samples: pa.Table, level: Level) -> pa.Table:
+    return samples.filter(pc.equal(samples["level"], level.value))
+
+
+def _pivot(samples: pa.Table, keys: Sequence[str], families: Mapping[str, str]) -> pa.Table:
+    """One row per distinct `keys`, one column per family (max of duplicates, null when
+    absent), plus `cluster` (max)."""
+    columns = {k: samples[k] for k in keys}
+    columns["cluster"] = samples["cluster"]
+    family = samples["family"]
+    for name, column in families.items():
+        code = pa.scalar(FAMILIES.index(name), pa.int32())
+        columns[column] = pc.if_else(pc.equal(family, code), samples["value"],
+                                     pa.scalar(None, _F))
+    table = pa.table(columns)
+    if not keys:  # one group over everything
+        table = table.append_column("_all", pa.array([0] * len(table), pa.int8()))
+    grouped = table.group_by(list(keys) or ["_all"], use_threads=False).aggregate(
+        [(c, "max") for c in ("cluster", *families.values())])
+    return grouped.rename_columns([_unsuffixed(n) for n in grouped.column_names])
+
+
+def _unsuffixed(name: str) -> str:
+    return name[: -len("_max")] if name.endswith("_max") else name
+
+
+def _keyed(table: pa.Table, keys: Sequence[str], values: Sequence[str]) -> pa.Table:
+    """Raw `topic`/`namespace`/`partition` labels → the full topic key and its namespace,
+    then rows that name the same entity merged (max). Rows without a key are dropped
+    (counted as unkeyed_topic already)."""
+    key = topic_key(table["topic"], table["namespace"], table["partition"])
+    namespace = pc.coalesce(table["namespace"], namespace_of(key))
+    table = table.set_column(table.schema.get_field_index("topic"), "topic", key)
+    table = table.set_column(table.schema.get_field_index("namespace"), "namespace", namespace)
+    table = table.filter(key.is_valid())
+    grouped = table.group_by(list(keys), use_threads=False).aggregate(
+        [(c, "max") for c in ("namespace", "cluster", *values)])
+    return grouped.rename_columns([_unsuffixed(n) for n in grouped.column_names])
+
+
+def _seconds(value: pa.ChunkedArray) -> pa.Array:
+    """A broker timestamp as unix seconds; null for 0/negative (never) or NaN."""
+    never = pc.or_(pc.less_equal(value, 0.0), pc.is_nan(value))
+    seconds = pc.if_else(pc.greater(value, _MILLIS_ABOVE), pc.divide(value, 1000.0), value)
+    return pc.if_else(pc.fill_null(never, True), pa.scalar(None, _F), seconds)
+
+
+def _subscriptions(samples: pa.Table) -> pa.Table:
+    raw = _pivot(samples, ["topic", "namespace", "partition", "subscription"],
+                 SUBSCRIPTION_FAMILIES)
+    table = _keyed(raw, ["topic", "subscription"], list(SUBSCRIPTION_FAMILIES.values()))
+    for column in _TIMESTAMP_COLUMNS:
+        i = table.schema.get_field_index(column)
+        table = table.set_column(i, column, _seconds(table[column]))
+    return _shaped(table, SOURCE_SUBSCRIPTIONS)
+
+
+def _topics(samples: pa.Table, subscriptions: pa.Table) -> pa.Table:
+    raw = _pivot(samples, ["topic", "namespace", "partition"], TOPIC_FAMILIES)
+    own = _keyed(raw, ["topic"], list(TOPIC_FAMILIES.values()))
+    derived = subscriptions.group_by("topic", use_threads=False).aggregate(
+        [("namespace", "max"), ("cluster", "max"), ("subscription", "count"),
+         *[(source, "sum") for source in FROM_SUBSCRIPTIONS.values() if source]])
+    rename = {"namespace_max": "s_namespace", "cluster_max": "s_cluster",
+              "subscription_count": "s_subscriptions"}
+    for name, source in FROM_SUBSCRIPTIONS.items():
+        if source:
+            rename[f"{source}_sum"] = f"s_{name}"
+    derived = derived.rename_columns([rename.get(n, n) for n in derived.column_names])
+    joined = own.join(derived, "topic", join_type="full outer", use_threads=False)
+    columns = {
+        "topic": joined["topic"],
+        "namespace": pc.coalesce(joined["namespace"], joined["s_namespace"]),
+        "cluster": pc.coalesce(joined["cluster"], joined["s_cluster"]),
+    }
+    for name in TOPIC_FAMILIES.values():
+        if name in FROM_SUBSCRIPTIONS:
+            fallback = joined[f"s_{name}"].cast(_F)
+            columns[name] = pc.coalesce(joined[name], fallback)
+        else:
+            columns[name] = joined[name]
+    table = pa.table(columns)
+    table = table.append_column("topic_hash", slices.crc32(table["topic"].combine_chunks()))
+    return _shaped(table.sort_by("topic"), SOURCE_TOPICS)
+
+
+def _namespaces(samples: pa.Table) -> pa.Table:
+    table = _pivot(samples, ["namespace"], NAMESPACE_FAMILIES)
+    return _shaped(table.filter(table["namespace"].is_valid()), SOURCE_NAMESPACES)
+
+
+def _usage(samples: pa.Table) -> pa.Table:
+    table = _pivot(samples, [], BROKER_FAMILIES)
+    if table.num_rows == 0:
+        table = pa.table({"cluster": pa.nulls(1, _S)})
+    return _shaped(table, SOURCE_USAGE)
+
+
+def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table`'s columns in `schema`'s order and types (absent ones null)."""
+    n = table.num_rows
+    return pa.table(
+        [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(n, f.type)
+         for f in schema], schema=schema).combine_chunks()
