@@ -8,7 +8,7 @@ crash (SIGKILL of one: survivors converge after stale_after), leave (SIGTERM of 
 the last one gets the whole quota at the goodbye). Pulsar's own allocator is the
 baseline the `fair` one is compared with.
 
-    .venv/bin/python tests/bench/convergence.py [pulsar fair]
+    .venv/bin/python -m tests.bench.convergence [pulsar fair]
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.harness.fleet import Fleet
 

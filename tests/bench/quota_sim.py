@@ -15,17 +15,13 @@ previous phase's last limits. Per allocator:
   share_i, i.e. allocations normalised by what each should get given its demand
   (1 = exactly max-min fair; idle participants left out).
 
-    python tests/bench/quota_sim.py [--rounds 20]
+    .venv/bin/python -m tests.bench.quota_sim [--rounds 20]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from exporter.engine.resourcegroups import max_min_fair_share, simulate
 

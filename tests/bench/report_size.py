@@ -20,20 +20,16 @@ The fleet scenario is PIP-82's: 100 participants, 100,000 groups, each group on 
 participants, so each participant reports 5,000 groups per round; fleet-wide bytes per
 round = 100 reports published, and each read by all 100 readers.
 
-    python tests/bench/report_size.py
+    .venv/bin/python -m tests.bench.report_size
 """
 
 from __future__ import annotations
 
 import math
 import random
-import sys
 import time
 import timeit
 import zlib
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from exporter.config import MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, decode, encode

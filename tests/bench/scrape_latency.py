@@ -7,7 +7,7 @@ Not a test: prints a table. For each size it builds the same series once, then
 and runs N scraper *processes* (so client work does not share the server's GIL) for about
 `--duration` seconds per row, plain and with `Accept-Encoding: gzip`, on 127.0.0.1 only.
 
-    .venv/bin/python tests/bench/scrape_latency.py [--sizes 100000,1000000]
+    .venv/bin/python -m tests.bench.scrape_latency [--sizes 100000,1000000]
         [--scrapers 4] [--duration 10]
 """
 

@@ -1,0 +1,211 @@
+"""The pipeline's cost, side by side with what a user would run instead, on the same
+synthetic Apache Pulsar bodies. Prints Markdown tables; not a test.
+
+    .venv/bin/python -m tests.bench.pipeline [--sizes 10,1000,10000] [--fleet 1000,10000]
+        [--brokers 100] [--repeat 3] [--master local[2]]
+
+Per body (one broker):
+- `promtool check metrics` (Prometheus' Go parser, what `promtool` users would run) and a
+  plain Python regex loop, each on the body from a file;
+- the exporter's parse on one core in this process (`parse_text` + `source_tables`: what
+  one Spark task does after the fetch);
+- the warm exporter cycle on Spark (`--master`): the job (fetch over loopback HTTP,
+  parse, per-broker tables, in the tasks) plus the merge on the driver, median of
+  `--repeat` after one warm-up.
+The fleet: `--brokers` brokers sharing the given total topic counts, each body with its
+own topic names, served by a separate process; job and merge seconds, samples/s, and
+peak RSS of the driver (this process), the JVM and the Python workers (VmHWM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.harness.synthetic import BodySpec, body_text
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def _regex_loop(text: str) -> int:
+    n = 0
+    for line in text.split("\n"):
+        if not line or line[0] == "#":
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            dict(_LABEL.findall(m.group(2) or ""))
+            float(m.group(3))
+            n += 1
+    return n
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _hwm_mb(pid: int | str = "self") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _spark_processes() -> tuple[float, float]:
+    """(JVM, Python workers) peak RSS in MB, over this process's descendants."""
+    jvm = workers = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"org.apache.spark.deploy.SparkSubmit" in cmd:
+            jvm += _hwm_mb(proc.name)
+        elif b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+            workers += _hwm_mb(proc.name)
+    return jvm, workers
+
+
+def _serve(bodies_dir: Path) -> tuple[subprocess.Popen, str]:
+    """A separate process serving the bodies' files over loopback HTTP."""
+    from exporter.embedded import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+         "--directory", str(bodies_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    import urllib.request
+
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("body server did not start")
+
+
+def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, int]:
+    """(first cycle seconds, then job and merge seconds, medians), and the topics found."""
+    from exporter.config import BrokerSource
+    from exporter.pipeline.merge import merge
+    from exporter.pipeline.scrape import BrokerScrape, on_spark
+
+    sources = [BrokerSource(u, 600.0) for u in urls]
+    scrape = BrokerScrape(sources, on_spark(spark, sources))
+    jobs, merges = [], []
+    topics, first = 0, 0.0
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        data = scrape.run()
+        t1 = time.perf_counter()
+        agg = merge(data.tables, {}, malformed=data.malformed)
+        t2 = time.perf_counter()
+        if not all(h.up for h in data.health):
+            raise RuntimeError([h.last_error_detail for h in data.health if not h.up])
+        topics = agg.topics.num_rows
+        if i:  # the first run warms the plan's workers
+            jobs.append(t1 - t0)
+            merges.append(t2 - t1)
+        else:
+            first = t2 - t0
+    return first, statistics.median(jobs), statistics.median(merges), topics
+
+
+def per_body(spark, sizes: list[int], repeat: int, workdir: Path) -> None:
+    from exporter.pipeline.parse import parse_text
+    from exporter.pipeline.tables import source_tables
+
+    print("\n### One broker body\n")
+    print("| topics | samples | MB | promtool s | regex loop s | parse, 1 core s "
+          "| first cycle s | warm cycle s (job + merge) | samples/s (cycle) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for topics in sizes:
+        text = body_text(BodySpec(topics=topics, concatenated=False))
+        data = text.encode()
+        path = workdir / f"body-{topics}.prom"
+        path.write_bytes(data)
+        samples = sum(1 for line in text.split("\n") if line and line[0] != "#")
+        promtool = _timed(lambda p=path: subprocess.run(
+            ["promtool", "check", "metrics"], stdin=p.open("rb"), capture_output=True))
+        regex = _timed(lambda t=text: _regex_loop(t))
+        parse_text(data)  # warm
+        own = min(_timed(lambda d=data: source_tables([parse_text(d)])) for _ in range(repeat))
+        server, url = _serve(workdir)
+        try:
+            first, job, merge_s, _ = _cycle(spark, [f"{url}/{path.name}"], repeat)
+        finally:
+            server.terminate()
+        cycle = job + merge_s
+        print(f"| {topics:,} | {samples:,} | {len(data) / 1e6:.1f} | {promtool:.2f} "
+              f"| {regex:.2f} | {own:.2f} | {first:.2f} | {cycle:.2f} ({job:.2f} + {merge_s:.3f}) "
+              f"| {samples / cycle:,.0f} |", flush=True)
+
+
+def fleet(spark, totals: list[int], brokers: int, repeat: int, workdir: Path) -> None:
+    print(f"\n### A fleet of {brokers} brokers\n")
+    print("| topics | samples | GB | job s | merge s | samples/s | driver MB | JVM MB "
+          "| Python workers MB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for total in totals:
+        per = max(1, total // brokers)
+        template = body_text(BodySpec(topics=per, concatenated=False))
+        samples = sum(1 for line in template.split("\n") if line and line[0] != "#")
+        folder = workdir / f"fleet-{total}"
+        folder.mkdir(exist_ok=True)
+        for b in range(brokers):  # each broker its own topic names
+            (folder / f"b{b}.prom").write_text(template.replace("/b0-topic-", f"/b{b}-topic-"))
+        server, url = _serve(folder)
+        try:
+            _, job, merge_s, topics = _cycle(spark, [f"{url}/b{b}.prom" for b in range(brokers)],
+                                          max(1, repeat - 2))
+        finally:
+            server.terminate()
+            for f in folder.iterdir():
+                f.unlink()
+        jvm, workers = _spark_processes()
+        size = len(template) * brokers / 1e9
+        print(f"| {topics:,} | {samples * brokers:,} | {size:.2f} | {job:.1f} | {merge_s:.2f} "
+              f"| {samples * brokers / (job + merge_s):,.0f} | {_hwm_mb():,.0f} | {jvm:,.0f} "
+              f"| {workers:,.0f} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10,1000,10000")
+    parser.add_argument("--fleet", default="1000,10000,100000")
+    parser.add_argument("--brokers", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    from exporter.config import Spark
+    from exporter.pipeline.session import get_session
+
+    t0 = time.perf_counter()
+    spark = get_session(Spark(master=args.master))
+    print(f"Spark session start: {time.perf_counter() - t0:.1f} s ({args.master}, "
+          f"{os.cpu_count()} cores)")
+    with tempfile.TemporaryDirectory(prefix="pqe-bench-") as tmp:
+        per_body(spark, [int(s) for s in args.sizes.split(",") if s], args.repeat, Path(tmp))
+        if args.fleet:
+            fleet(spark, [int(s) for s in args.fleet.split(",")], args.brokers, args.repeat,
+                  Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
