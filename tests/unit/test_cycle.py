@@ -1,0 +1,168 @@
+"""One check cycle (`Exporter.cycle`) without a broker or Spark: a scripted broker side
+hands over tables parsed from hand-written bodies, a fake admin side and a recording
+evictor stand in for the network, and the clock is injected. What is checked is the
+cycle's own logic: decisions, dry run against enforcement, the size-cut hold-back, what is
+published (body and status), and a failing broker side leaving the last good data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from exporter.actions.evict import Completion, EvictionMethod, EvictionOrder, Performed
+from exporter.app import Exporter
+from exporter.config import parse
+from exporter.pipeline.parse import parse_text
+from exporter.pipeline.tables import BrokerData, source_tables
+from exporter.sources.brokers import Failed, HealthLedger
+from exporter.sources.model import ScrapeError, Snapshot, SourceKind
+from tests.harness.pulsar import Metrics
+
+URL = "http://broker-1:8080/metrics"
+TOPIC = "persistent://public/sized/t"
+
+
+def body(backlog: int, *, published: int = 100, extra: str = "") -> str:
+    """pulsar-lite's shape: 1000 bytes per message published, one stalled subscription."""
+    labels = 'cluster="pulsar-lite",namespace="public/sized",partition="-1",topic="t"'
+    return (f"pulsar_in_messages_total{{{labels}}} {published}\n"
+            f"pulsar_in_bytes_total{{{labels}}} {published * 1000}\n"
+            f'pulsar_subscription_back_log{{{labels},subscription="stalled"}} {backlog}\n'
+            + extra)
+
+
+class ScriptedBrokers:
+    """The broker side: each `run` parses the next body (None: the fetch failed)."""
+
+    def __init__(self, bodies: Sequence[str | None]):
+        self.bodies = list(bodies)
+        self.ledger = HealthLedger(URL, SourceKind.BROKER)
+        self.last = None
+
+    def run(self) -> BrokerData:
+        text = self.bodies.pop(0)
+        malformed = {}
+        if text is None:
+            self.ledger.record(up=False, at=0.0,
+                               errors=(Failed(ScrapeError.REFUSED, "connection refused"),))
+        else:
+            self.last = source_tables([parse_text(text.encode())])
+            malformed = {URL: self.last.malformed}
+            self.ledger.record(up=True, at=0.0)
+        tables = ((URL, self.last),) if self.last is not None else ()
+        return BrokerData(tables, (self.ledger.health(),), malformed)
+
+
+class NoAdmin:
+    def collect(self) -> Snapshot:
+        return Snapshot(taken_at=0.0, admin=None, health=())
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingEvictor:
+    def __init__(self) -> None:
+        self.orders: list[EvictionOrder] = []
+
+    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[Performed, ...]:
+        self.orders += orders
+        return tuple(Performed(o, EvictionMethod.ACKNOWLEDGE, o.messages, Completion.CONFIRMED)
+                     for o in orders)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def exporter_for(bodies: Sequence[str | None], *, enforce: bool):
+    config = parse({
+        "cluster": "unit",
+        "check_interval": "10s",
+        "sources": {"brokers": [{"url": URL}], "service_url": "pulsar://127.0.0.1:1"},
+        "backlog_quotas": {
+            "namespaces": {"public/sized": {"limit_size": "20000B",
+                                            "policy": "consumer_backlog_eviction"}},
+            "enforce": enforce,
+        },
+    }, "cycle.yaml")
+    evictor, clock = RecordingEvictor(), Clock()
+    exporter = Exporter(config, brokers=ScriptedBrokers(bodies), collector=NoAdmin(),
+                        evictor=evictor, clock=clock)
+    return exporter, evictor, clock
+
+
+def sample(report, name: str, **labels: str) -> float | None:
+    return Metrics(report.body.decode()).value(name, **labels)
+
+
+def test_dry_run_decides_and_counts_but_evicts_nothing():
+    exporter, evictor, _ = exporter_for([body(50)], enforce=False)
+    report = exporter.cycle()
+    (topic,) = report.status["topics"]
+    assert topic["topic"] == TOPIC and topic["exceeded"] == ["size"]
+    # 50 messages of 1000 bytes against 20000 bytes: the 30 oldest go, no more
+    assert [(e["subscription"], e["messages"]) for e in topic["evict"]] == [("stalled", 30)]
+    assert evictor.orders == []
+    assert sample(report, "pulsar_storage_backlog_quota_would_evict_total", topic=TOPIC,
+                  quota_type="size") == 1
+
+
+def test_enforcing_evicts_down_to_the_limit_and_counts_once():
+    exporter, evictor, _ = exporter_for([body(50)], enforce=True)
+    report = exporter.cycle()
+    assert [(o.subscription, o.quota_type, o.messages) for o in evictor.orders] == [
+        ("stalled", "size", 30)]
+    assert sample(report, "pulsar_storage_backlog_quota_exceeded_evictions_total",
+                  topic=TOPIC, quota_type="size") == 1
+
+
+def test_a_size_cut_waits_for_fresh_broker_numbers():
+    # The broker's gauges lag: the same backlog again must not be cut again.
+    exporter, evictor, clock = exporter_for([body(50), body(50), body(45)], enforce=True)
+    exporter.cycle()
+    clock.now += 10
+    exporter.cycle()
+    assert len(evictor.orders) == 1
+    clock.now += 10
+    exporter.cycle()  # the backlog moved (45 now): a fresh cut, of what is still over
+    assert [o.messages for o in evictor.orders] == [30, 25]
+
+
+def test_a_failing_broker_keeps_the_last_good_data_and_shows_down():
+    exporter, _, clock = exporter_for([body(10), None], enforce=False)
+    first = exporter.cycle()
+    clock.now += 10
+    second = exporter.cycle()
+    assert sample(second, "pulsar_quota_exporter_source_up", source=URL) == 0
+    assert [t["topic"] for t in second.status["topics"]] == [TOPIC]  # stale, still there
+    assert second.status["topics"][0]["backlog_messages"] == first.status["topics"][0][
+        "backlog_messages"] == 10
+    (source,) = second.status["sources"]
+    assert not source["up"] and source["error"] == "connection refused"
+
+
+def test_malformed_lines_are_counted_once_per_fetch():
+    broken = body(10, extra="pulsar_in_messages_total{oops 1\n")
+    exporter, _, clock = exporter_for([broken, None], enforce=False)
+    exporter.cycle()
+    clock.now += 10
+    report = exporter.cycle()  # stale data: its broken line is not counted again
+    assert sample(report, "pulsar_quota_exporter_source_malformed_lines_total", source=URL) == 1
+
+
+@pytest.mark.parametrize("enforce", [False, True])
+def test_publish_renders_the_body_and_status_once_per_cycle(enforce):
+    exporter, _, _ = exporter_for([body(10)], enforce=enforce)
+    report = exporter.cycle()
+    published = exporter.state.current
+    assert published.body == report.body and published.cycle == 1
+    # publish is timed around the render itself, so it shows from the next cycle on
+    assert set(report.status["stage_seconds"]) == {"collect", "pipeline", "engine", "actions"}
+    assert report.status["cluster"] == "unit"
