@@ -84,6 +84,7 @@ FAMILIES: tuple[str, ...] = tuple(sorted(
 # Labels read from kept samples; the others are ignored.
 LABELS = ("cluster", "namespace", "topic", "partition", "subscription",
           "consumer_name", "consumer_id", "remote_cluster")
+assert max(map(len, LABELS)) <= 16, "label names are matched by their first and last 8 bytes"
 
 # --- the text format, in RE2 syntax (linear time: no backtracking to guard against) -------
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -140,14 +141,14 @@ def parse_text(data: bytes | memoryview) -> Parsed:
 
 def _cut(good: pa.LargeStringArray) -> tuple[pa.Table, int]:
     """Valid sample lines → SAMPLES rows, and how many named a label twice (left out)."""
-    escaped = bool((slices.buffers(good)[1] == ord("\\")).any())
+    off, data = slices.buffers(good)
+    escaped = bool((data == ord("\\")).any())
     if escaped:  # quotes of the label syntax are then the only '"' left in a line
         good = pc.replace_substring(good, "\\\\", _ESCAPED_BACKSLASH)
         good = pc.replace_substring(good, '\\"', _ESCAPED_QUOTE)
         good = pc.replace_substring(good, "\\n", "\n")
         good = pc.replace_substring_regex(good, r"\\(.)", r"\1")
-    good = pa.concat_arrays([good]) if good.offset else good
-    off, data = slices.buffers(good)
+        off, data = slices.buffers(good)
     n = len(good)
     start = slices.skip(data, off[:-1], off[1:], b" \t")
     end = slices.back(data, off[1:], start, b" \t\r\n")
@@ -188,9 +189,12 @@ def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndar
     key_from = np.where(first, brace[row] + 1, np.roll(closing, 1) + 1)
     key_start = slices.skip(data, key_from, opening, b" \t,")
     key_end = slices.back(data, opening, key_start, b" \t=")
-    # Label names are compared by a hash of their length and first and last 8 bytes;
-    # every match is confirmed byte for byte before it counts.
-    word = slices.short_key(data, key_start, key_end)
+    # Label names are compared by their length and first and last 8 bytes: exact for
+    # names of at most 16 bytes (every name read here); duplicates are found by a hash
+    # of the same, each confirmed byte for byte.
+    length, head, tail = slices.short_key(data, key_start, key_end)
+    word = (head * np.uint64(0x9E3779B97F4A7C15) ^ tail) * np.uint64(0xBF58476D1CE4E5B9) \
+        ^ length.astype(np.uint64)
 
     def same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Which of the key pairs (x, y) are byte-equal (few: hash-equal already)."""
@@ -205,9 +209,9 @@ def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndar
         duplicate[row[x[same(x, x + gap)]]] = True
     columns = {}
     for label in LABELS:
-        name = label.encode()
-        hit = np.flatnonzero(word == slices.short_key_of(name))
-        hit = hit[slices.equal_to(data, key_start[hit], key_end[hit], name)]
+        want_length, want_head, want_tail = slices.short_key_of(label.encode())
+        hit = np.flatnonzero((head == want_head) & (length == want_length)
+                             & (tail == want_tail))
         pair = np.full(n, -1, np.int64)
         pair[row[hit]] = hit
         present = pair >= 0

@@ -140,32 +140,23 @@ def distinct(data: np.ndarray, start: np.ndarray, end: np.ndarray,
                                           encoded.dictionary.cast(pa.large_string()))
 
 
-def short_key(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Each slice as one uint64 hash of (length, first 8 bytes, last 8 bytes): equal slices
-    have equal keys; slices of at most 16 bytes with equal keys are equal unless the hash
-    collides (callers confirm a match byte for byte where it matters)."""
+def short_key(data: np.ndarray, start: np.ndarray, end: np.ndarray,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(length, first 8 bytes, last 8 bytes) of each slice, the bytes as little-endian
+    uint64 (zero-padded): equal slices have equal keys, and slices of at most 16 bytes
+    with equal keys are equal."""
     length = np.maximum(end - start, 0)
     words = _words(data)
     head = _first_bytes(length, words[np.maximum(start, 0)])
     tail = np.where(length > 8, words[np.maximum(end - 8, 0)], np.uint64(0))
-    mixed = head * np.uint64(0x9E3779B97F4A7C15) ^ tail
-    return (mixed * np.uint64(0xBF58476D1CE4E5B9)) ^ length.astype(np.uint64)
+    return length, head, tail
 
 
-def short_key_of(word: bytes) -> np.uint64:
+def short_key_of(word: bytes) -> tuple[int, np.uint64, np.uint64]:
     """`short_key` of one literal word."""
     buffer = padded(np.frombuffer(word, np.uint8))
-    return short_key(buffer, np.array([0]), np.array([len(word)]))[0]
-
-
-def equal_to(data: np.ndarray, start: np.ndarray, end: np.ndarray, word: bytes) -> np.ndarray:
-    """Whether each slice is exactly `word`."""
-    out = (end - start) == len(word)
-    candidates = np.flatnonzero(out)
-    if len(candidates) and word:
-        window = data[start[candidates][:, None] + np.arange(len(word))]
-        out[candidates] = (window == np.frombuffer(word, np.uint8)).all(axis=1)
-    return out
+    length, head, tail = short_key(buffer, np.array([0]), np.array([len(word)]))
+    return int(length[0]), head[0], tail[0]
 
 
 def _crc_table() -> np.ndarray:
