@@ -73,10 +73,16 @@ class ResourceGroup:
         return self.publish if cls is MonitoringClass.PUBLISH else self.dispatch
 
 
+# Our usage reports' own topic. Apache Pulsar's brokers publish their PIP-82 reports
+# (ResourceUsageInfo protobufs) on non-persistent://pulsar/system/resource-usage: sharing
+# it, each of ours would be noise to them and each of theirs malformed to us.
+USAGE_TOPIC = "non-persistent://pulsar/system/pulsar-quota-exporter-usage"
+
+
 @dataclass(frozen=True)
 class ResourceGroupEngine:
     participant: str = "exporter-0"
-    topic: str = "non-persistent://pulsar/system/resource-usage"
+    topic: str = USAGE_TOPIC
     report_interval: float = 60.0
     suppression_tolerance_percent: float = 5.0  # Pulsar's default
     max_suppressed_rounds: int = 5

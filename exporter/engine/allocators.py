@@ -3,12 +3,14 @@
 Two allocators behind one call, `allocate(allocator, quota, reports)`; every participant
 runs it on the same reports, so all arrive at the same split without a leader (PIP-82):
 
-- "pulsar": Pulsar's `ResourceQuotaCalculatorImpl.computeLocalQuota` on real numbers
-  (no float32, no truncation; `resourcegroups.compute_local_quota` is the exact form).
+- "pulsar": exactly what a Pulsar 4.0 broker computes (`pulsarcalc.compute_local_quota`:
+  `long` usages over the report period, `float` arithmetic, truncated to a `long`), so a
+  quota of 100 split three ways is 33, 33, 33, as on the brokers, not 33.33.
   my + (Q − T)·my/T is Q·my/T: shares stay proportional to *usage*, so a participant
   throttled at a small limit uses exactly that limit and is handed it again. PIP-82's
   80/20 case (quota 100, both wanting more) never moves, and a participant that joins
-  with limit 1 (Pulsar's floor for zero usage) stays at 1.
+  with limit 1 (Pulsar's floor for zero usage) stays at 1. `proportional_share` is the
+  same rule on real numbers, for analysis.
 - "fair": max-min fair share of the quota over *estimated* demands (below).
 
 Quota < 0 means "not configured / unlimited": every participant gets -1, as in Pulsar.
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from exporter.config import Allocator
+from exporter.engine.pulsarcalc import compute_local_quota
 
 K = TypeVar("K", bound=Hashable)
 
@@ -194,14 +197,22 @@ def fair_shares(quota: float, reports: Mapping[K, Observed]) -> dict[K, float]:
     return dict(zip(keys, final, strict=True))
 
 
-def allocate(allocator: str, quota: float, reports: Mapping[K, Observed]) -> dict[K, float]:
+def allocate(allocator: str, quota: float, reports: Mapping[K, Observed],
+             period: float = 1.0) -> dict[K, float]:
     """Every participant's next limit under the named allocator ("pulsar" or "fair").
 
-    "pulsar" reads only usages; "fair" also the limits the reports carry. Unknown names
-    raise ValueError.
+    "pulsar" reads only usages, as Pulsar's brokers do: each a rate, turned into the
+    whole count over `period` seconds (the report interval) that a broker's usage map
+    holds, and the quota truncated to the `long` a broker is configured with. "fair" also
+    reads the limits the reports carry. Unknown names raise ValueError.
     """
     kind = Allocator(allocator)
     if kind is Allocator.FAIR:
         return fair_shares(quota, reports)
-    usages = [_check_usage(f"usage of {k!r}", s.usage) for k, s in reports.items()]
-    return {k: proportional_share(quota, s.usage, usages) for k, s in reports.items()}
+    counts = {k: round(_check_usage(f"usage of {k!r}", s.usage) * period)
+              for k, s in reports.items()}
+    if math.isnan(quota):
+        raise ValueError("quota must be a number, got nan")
+    configured = -1 if quota < 0 else int(quota)
+    total = list(counts.values())
+    return {k: float(compute_local_quota(configured, mine, total)) for k, mine in counts.items()}

@@ -158,6 +158,6 @@ class Participant:
         if self.name not in observed:
             return quota
         allocator: Allocator = self.settings.allocator
-        return allocate(allocator, quota, observed)[self.name]
+        return allocate(allocator, quota, observed, self.settings.report_interval)[self.name]
 
 

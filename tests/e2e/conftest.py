@@ -32,6 +32,7 @@ import pulsar
 import pytest
 
 from exporter.config import MonitoringClass
+from exporter.configmodel import USAGE_TOPIC
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.gate import initial_sequence
 from tests.e2e.harness import (
@@ -107,8 +108,7 @@ class PeerReporter:
         self.participant = participant
         self._client = pulsar.Client(broker.service_url,
                                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-        self._producer = self._client.create_producer(
-            "non-persistent://pulsar/system/resource-usage")
+        self._producer = self._client.create_producer(USAGE_TOPIC)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 

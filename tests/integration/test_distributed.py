@@ -17,6 +17,7 @@ import pulsar
 import pytest
 
 from exporter.config import MonitoringClass
+from exporter.configmodel import USAGE_TOPIC
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from tests.harness.fleet import RG, Fleet
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.timeout(900)
 
 QUOTA = 100.0
 DEMANDS = {"p-a": 10.0, "p-b": 50.0, "p-c": 30.0}
-TOPIC = "non-persistent://pulsar/system/resource-usage"
+TOPIC = USAGE_TOPIC
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from exporter.engine.resourcegroups import (
+    Observed,
+    allocate,
     compute_local_quota,
     max_min_fair_share,
     need_to_report,
@@ -323,7 +325,19 @@ def test_fair_does_not_take_nearly_full_use_for_throttling():
 def test_simulate_starts_at_the_quota_like_pulsar():
     # Round 0 with limits at the quota: usages are the demands (10, 50, 30).
     first = simulate("pulsar", 100, [[10, 50, 30]])[0]
-    assert first == pytest.approx([proportional_share(100, u, PIP82_USAGES) for u in PIP82_USAGES])
+    # 100 × (10, 50, 30) / 90 = 11.1, 55.6, 33.3: a Pulsar broker truncates to a long
+    assert first == [11.0, 55.0, 33.0]
+    assert [int(proportional_share(100, u, PIP82_USAGES)) for u in PIP82_USAGES] == first
+
+
+def test_the_pulsar_allocator_gives_the_brokers_integers():
+    # three equal participants of a 100 msg/s quota: 33 each on the brokers, not 33.33
+    reports = {p: Observed(20.0) for p in "abc"}
+    assert allocate("pulsar", 100, reports, period=60) == {"a": 33.0, "b": 33.0, "c": 33.0}
+    # rates become the whole counts over the report period that a broker's map holds:
+    # 0.4 msg/s over 60 s is 24 messages, not 0 (which would return the quota)
+    skewed = {"a": Observed(0.4), "b": Observed(1.6)}
+    assert allocate("pulsar", 100, skewed, period=60) == {"a": 20.0, "b": 80.0}
 
 
 def test_simulate_chains_through_initial_limits():
