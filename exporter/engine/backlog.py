@@ -40,12 +40,15 @@ Pure: no I/O, no clock; `now` is epoch seconds passed in.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 
 from exporter.config import BacklogQuota, BacklogQuotas, RetentionPolicy
+
+_PARTITION = re.compile(r"-partition-[0-9]+$")
 
 
 class QuotaSource(StrEnum):
@@ -197,9 +200,15 @@ class TopicDecision:
 def effective_quota(
     topic: str, namespace: str, quotas: BacklogQuotas
 ) -> tuple[BacklogQuota, QuotaSource]:
-    """The most specific configured quota object, whole, and the level it came from."""
+    """The most specific configured quota object, whole, and the level it came from. A
+    partition (`…-partition-N`) has its partitioned topic's quota, as in Pulsar, where
+    topic policies set on a partitioned topic apply to each of its partitions
+    (TopicName.getPartitionedTopicName); a quota set on the partition itself wins."""
     if topic in quotas.topics:
         return quotas.topics[topic], QuotaSource.TOPIC
+    base = _PARTITION.sub("", topic)
+    if base != topic and base in quotas.topics:
+        return quotas.topics[base], QuotaSource.TOPIC
     if namespace in quotas.namespaces:
         return quotas.namespaces[namespace], QuotaSource.NAMESPACE
     return quotas.default, QuotaSource.DEFAULT

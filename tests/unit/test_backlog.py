@@ -55,6 +55,16 @@ def test_topic_beats_namespace_beats_default() -> None:
     assert effective_quota("persistent://x/y/z", "x/y", q) == (default, QuotaSource.DEFAULT)
 
 
+def test_partitions_inherit_their_partitioned_topics_quota() -> None:
+    base, own = BacklogQuota(limit_size=30), BacklogQuota(limit_size=40)
+    q = BacklogQuotas(namespaces={NS: BacklogQuota(limit_size=20)},
+                      topics={TOPIC: base, f"{TOPIC}-partition-1": own})
+    assert effective_quota(f"{TOPIC}-partition-0", NS, q) == (base, QuotaSource.TOPIC)
+    assert effective_quota(f"{TOPIC}-partition-1", NS, q) == (own, QuotaSource.TOPIC)
+    # only a partition suffix is stripped: another topic sharing the prefix is not a partition
+    assert effective_quota(f"{TOPIC}-partition-x", NS, q)[1] is QuotaSource.NAMESPACE
+
+
 def test_the_most_specific_object_replaces_the_whole_quota() -> None:
     # The namespace names only a time limit: the default's size limit does not leak in.
     q = BacklogQuotas(
