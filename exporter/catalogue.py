@@ -185,6 +185,10 @@ CATALOGUE: tuple[Metric, ...] = (
        "Fraction of the broker's traffic the load manager would shed: "
        "(usage - threshold) + margin.",
        ("cluster", "broker"), U.RATIO, L),
+    _m("pulsar_load_bundle_unload_candidate", G,
+       "1 for a bundle the load manager would unload from its overloaded broker "
+       "(highest traffic first, until the shed share is covered).",
+       ("cluster", "broker", "namespace", "bundle"), U.NONE, L),
     _m("pulsar_load_bundle_split_candidate", G,
        "1 for a bundle over a split threshold; `reason` names the threshold.",
        ("cluster", "namespace", "bundle", "reason"), U.NONE, L),

@@ -13,9 +13,10 @@ from exporter.loadview import Judged, LoadResult
 
 
 def add_load(builder: MetricSetBuilder, cluster: str, result: LoadResult) -> None:
-    """Usage ratios (percent / 100, every resource the broker reports), the overload flag
-    and the shed fraction per judged broker, labelled with its broker id (host:port); one
-    split series per exceeded threshold, `bundle` being the hash range (namespace apart)."""
+    """Usage ratios (percent / 100, every resource the broker reports), the overload flag,
+    the shed fraction and the bundles it would unload per judged broker, labelled with its
+    broker id (host:port); one split series per exceeded threshold, `bundle` being the
+    hash range (namespace apart)."""
     for b in result.brokers:
         if not isinstance(b, Judged):
             continue
@@ -25,6 +26,10 @@ def add_load(builder: MetricSetBuilder, cluster: str, result: LoadResult) -> Non
         builder.add("pulsar_load_broker_overloaded", (cluster, b.broker),
                     1.0 if b.verdict.overloaded else 0.0)
         builder.add("pulsar_load_broker_shed_ratio", (cluster, b.broker), b.verdict.shed_fraction)
+        for name in b.verdict.unload:  # which bundles, not only how much
+            namespace, _, bundle = name.rpartition("/")
+            builder.add("pulsar_load_bundle_unload_candidate",
+                        (cluster, b.broker, namespace, bundle), 1.0)
     for candidate in result.splits:
         namespace, _, bundle = candidate.bundle.rpartition("/")
         for reason in candidate.reasons:

@@ -255,6 +255,9 @@ def test_publish_load_adds_the_catalogue_series():
         'bundle="0x00000000_0x80000000",reason="topics"} 1',
         'pulsar_load_bundle_split_candidate{cluster="prod-eu",namespace="shop/orders",'
         'bundle="0x80000000_0xffffffff",reason="msg_rate"} 1',
+        # A sheds 15 % of its traffic: its busiest bundle alone covers that
+        f'pulsar_load_bundle_unload_candidate{{{a},namespace="shop/orders",'
+        'bundle="0x00000000_0x80000000"} 1',
     }
     assert expected <= lines
     samples = {line for line in lines if not line.startswith("#")}
