@@ -1,0 +1,371 @@
+"""A real Apache Pulsar standalone broker for tests (`bin/pulsar standalone -nfw -nss`).
+
+Installed by `./dev test` (tests/harness/apache_pulsar_install.py); a missing install raises
+`ApachePulsarMissing` and fails the fixture, never skips. Facts measured on 4.0.8 that the
+code accounts for:
+- `bin/pulsar` changes to the install directory before starting the JVM, so relative data
+  paths would land inside the install and be shared by every run: every data directory is
+  passed as an absolute path under the broker's own fresh working directory (an existing
+  `data/standalone/zookeeper` would also switch `PulsarStandalone` to ZooKeeper mode).
+- `ResourceUsageTopicTransportManager` (PIP-82 usage reports) cannot start on a fresh
+  standalone: `PulsarService.start()` builds it, and it creates the `pulsar` tenant, before
+  `PulsarStandalone` has created its cluster, so the broker dies with "Clusters do not exist".
+  With `resource_usage_transport` the broker is therefore started once without it (which
+  creates the cluster, `public/default` and `pulsar/system`), stopped, and started again.
+- With `preciseTimeBasedBacklogQuotaCheck`, a size eviction by the broker itself
+  (`consumer_backlog_eviction` on `destination_storage`) stalls for 30 s: the check reads the
+  oldest entry, and its continuation, on a BookKeeper ordered-executor thread, calls
+  `BacklogQuotaManager.dropBacklogForSizeLimit`, whose blocking `ManagedCursorImpl.skipEntries`
+  waits for a callback due on that very thread. Admin calls on topics served by that thread
+  hang meanwhile. Tests here let the broker evict by time only.
+- Ready means `GET /admin/v2/clusters` lists the cluster and `GET /admin/v2/brokers/ready`
+  answers 200: the web service answers the former while the broker is still starting.
+The configuration is the shipped `conf/standalone.conf` with our keys replacing its own
+(`STANDALONE_OVERRIDES`): loopback, one bookie, no default backlog quota, backlog-quota
+checks every 2 s in precise time mode (PIP-323), topic-level metrics, small caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import pulsar
+import pytest
+
+from exporter.embedded import BrokerFailed, free_ports
+from tests.harness.apache_pulsar_install import VERSION, home, installed
+from tests.harness.pulsar import Metrics
+
+__all__ = ["STANDALONE_OVERRIDES", "VERSION", "ApachePulsar", "ApachePulsarMissing",
+           "BrokerFailed", "apache_pulsar_fixture", "poll"]
+
+T = TypeVar("T")
+_CLIENT_LOG = logging.getLogger("tests.harness.apache_pulsar.client")
+_CLIENT_LOG.setLevel(logging.WARNING)
+TRANSPORT = "org.apache.pulsar.broker.resourcegroup.ResourceUsageTopicTransportManager"
+STANDALONE_OVERRIDES: Mapping[str, str] = {
+    "clusterName": "standalone",
+    "bindAddress": "127.0.0.1",
+    "advertisedAddress": "127.0.0.1",
+    "listeningInterface": "lo",  # BookKeeper key: the bookie binds 0.0.0.0 without it
+    "managedLedgerDefaultEnsembleSize": "1",
+    "managedLedgerDefaultWriteQuorum": "1",
+    "managedLedgerDefaultAckQuorum": "1",
+    "backlogQuotaDefaultLimitGB": "-1",  # shipped: 10 GB producer_request_hold
+    "backlogQuotaCheckIntervalInSeconds": "2",
+    "preciseTimeBasedBacklogQuotaCheck": "true",  # the estimate ignores the open ledger
+    "exposeTopicLevelMetricsInPrometheus": "true",  # backlog age is topic-level only
+    "exposePreciseBacklogInPrometheus": "true",
+    "statsUpdateFrequencyInSecs": "2",
+    "statsUpdateInitialDelayInSecs": "1",
+    "resourceUsageTransportPublishIntervalInSecs": "2",
+    "brokerDeleteInactiveTopicsEnabled": "false",  # tests leave topics idle on purpose
+    "webSocketServiceEnabled": "false",
+    "managedLedgerCacheSizeMB": "32",
+    "dbStorage_writeCacheMaxSizeMb": "16",
+    "dbStorage_readAheadCacheMaxSizeMb": "16",
+    "dbStorage_rocksDB_blockCacheSize": str(16 * 1024 * 1024),
+}
+
+
+class ApachePulsarMissing(FileNotFoundError):
+    """No Apache Pulsar install: run `./dev test` (or `python -m
+    tests.harness.apache_pulsar_install`). Raised, never skipped over."""
+
+
+class ApachePulsar:
+    """One standalone broker working in `workdir` (its conf, log, data). Ports are picked
+    at the first start; `stop()` kills the whole process group and leaves `workdir` alone."""
+
+    def __init__(self, workdir: Path, *, pulsar_home: Path | None = None, heap: str = "1g",
+                 direct_memory: str = "1g", resource_usage_transport: bool = True,
+                 overrides: Mapping[str, str] | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.home = pulsar_home or home()
+        self.heap, self.direct_memory = heap, direct_memory
+        self.resource_usage_transport = resource_usage_transport
+        self.overrides = dict(overrides or {})
+        self.cluster = self.overrides.get("clusterName", STANDALONE_OVERRIDES["clusterName"])
+        self.port = self.web_port = self.bookie_port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start_seconds: float | None = None  # the last start(), both phases
+
+    # --- where things are -----------------------------------------------------------------
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.web_url}/metrics/"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "broker.log"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def rss_bytes(self) -> int | None:
+        """Resident memory of the broker JVM (`bin/pulsar` execs java, so it is our child)."""
+        if not self.running:
+            return None
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self, timeout: float = 180.0) -> Self:
+        """Start (twice with the usage transport, see the module docstring) and wait until
+        ready; on failure the process group is stopped and `BrokerFailed` carries the log."""
+        if not installed(self.home):
+            raise ApachePulsarMissing(
+                f"Apache Pulsar {VERSION} is not installed at {self.home}: run ./dev test, or "
+                "python -m tests.harness.apache_pulsar_install (Maven and a JDK >= 17)")
+        began = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.port:
+            self.port, self.web_port, self.bookie_port = free_ports(3)
+        deadline = began + timeout
+        fresh = not (self.workdir / "data").exists()
+        if self.resource_usage_transport and fresh:
+            self._launch(transport=False, deadline=deadline)
+            self._wait_for_namespace("pulsar/system", deadline)
+            self.stop()
+        self._launch(transport=self.resource_usage_transport, deadline=deadline)
+        self.start_seconds = time.monotonic() - began
+        return self
+
+    def _conf(self, transport: bool) -> Path:
+        keys = {**STANDALONE_OVERRIDES, **self.overrides, "brokerServicePort": str(self.port),
+                "webServicePort": str(self.web_port)}
+        if transport:
+            keys["resourceUsageTransportClassName"] = TRANSPORT
+        shipped = (self.home / "conf" / "standalone.conf").read_text().splitlines()
+        kept = [line for line in shipped if line.split("=", 1)[0].strip() not in keys]
+        path = self.workdir / "standalone.conf"
+        path.write_text("\n".join([*kept, "", "# pulsar-quota-exporter test harness",
+                                   *(f"{k}={v}" for k, v in keys.items())]) + "\n")
+        return path
+
+    def _launch(self, *, transport: bool, deadline: float) -> None:
+        data = self.workdir / "data"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PULSAR_")}
+        env.update(
+            PULSAR_STANDALONE_CONF=str(self._conf(transport)),
+            PULSAR_LOG_DIR=str(self.workdir / "logs"),
+            PULSAR_MEM=f"-Xms128m -Xmx{self.heap} -XX:MaxDirectMemorySize={self.direct_memory}",
+            PULSAR_GC="-XX:+UseG1GC -XX:ParallelGCThreads=2 -XX:ConcGCThreads=1 "
+                      "-XX:+PerfDisableSharedMem",
+        )
+        argv = [str(self.home / "bin" / "pulsar"), "standalone", "-nfw", "-nss",
+                "-a", "127.0.0.1", "--bookkeeper-port", str(self.bookie_port),
+                "--metadata-dir", str(data / "metadata"),
+                "--bookkeeper-dir", str(data / "standalone" / "bookkeeper"),
+                "--zookeeper-dir", str(data / "standalone" / "zookeeper")]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, cwd=self.workdir,
+                                            env=env, start_new_session=True)
+        try:
+            self._wait_ready(deadline)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, deadline: float) -> None:
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise BrokerFailed(f"Apache Pulsar exited with {self.process.returncode}:\n"
+                                   f"{self.log_tail()}")
+            with contextlib.suppress(OSError, ValueError):
+                if (self.cluster in self.admin("GET", "/admin/v2/clusters", timeout=2)
+                        and self._answers("/admin/v2/brokers/ready")):
+                    return
+            if time.monotonic() >= deadline:
+                raise BrokerFailed(f"Apache Pulsar not ready on {self.web_url} in time (GET "
+                                   f"/admin/v2/clusters, /admin/v2/brokers/ready):\n"
+                                   f"{self.log_tail()}")
+            time.sleep(0.25)
+
+    def _answers(self, path: str) -> bool:
+        """200 from `path`. The web service answers /admin/v2/clusters before
+        `PulsarService.start()` has finished (state Init, seconds more with the usage
+        transport); /admin/v2/brokers/ready says 200 only once it is Started."""
+        try:
+            with urllib.request.urlopen(self.web_url + path, timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def _wait_for_namespace(self, namespace: str, deadline: float) -> None:
+        """PulsarStandalone creates its namespaces just after the web service is up."""
+        tenant = namespace.split("/", 1)[0]
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                if namespace in self.admin("GET", f"/admin/v2/namespaces/{tenant}", timeout=2):
+                    return
+            if time.monotonic() >= deadline:
+                raise BrokerFailed(f"{namespace} was not created:\n{self.log_tail()}")
+            time.sleep(0.25)
+
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM to the process group (the broker closes its bookie and metadata store),
+        SIGKILL to what is left after `grace`."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=grace)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # whatever the JVM left in its group
+        process.wait(timeout=10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> Self:
+        return self if self.running else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- admin REST and /metrics ------------------------------------------------------------
+    def admin(self, method: str, path: str, body: object = None, timeout: float = 10) -> Any:
+        """One admin REST call; JSON in and out (None for an empty answer). HTTP errors
+        propagate as `urllib.error.HTTPError` with the broker's reason in the message."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.web_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json",
+                                                  "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            exc.msg = f"{exc.msg}: {exc.read().decode(errors='replace')[:500]}"
+            raise
+        return json.loads(raw) if raw.strip() else None
+
+    def create_namespace(self, prefix: str, tenant: str = "public") -> str:
+        """A fresh namespace `tenant/prefix-<random>`, so tests sharing the broker never
+        see each other's quotas or topics."""
+        namespace = f"{tenant}/{prefix}-{uuid.uuid4().hex[:8]}"
+        self.admin("PUT", f"/admin/v2/namespaces/{namespace}")
+        return namespace
+
+    def topic_stats(self, topic: str) -> dict[str, Any]:
+        path = topic.replace("persistent://", "/admin/v2/persistent/", 1)
+        return self.admin("GET", f"{path}/stats?getEarliestTimeInBacklog=true")
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=30) as resp:
+            return resp.read().decode("utf-8")
+
+    def metrics(self) -> Metrics:
+        return Metrics(self.metrics_text())
+
+    # --- workload over the official client ----------------------------------------------
+    @contextlib.contextmanager
+    def client(self) -> Iterator[pulsar.Client]:
+        client = pulsar.Client(self.service_url, operation_timeout_seconds=30, logger=_CLIENT_LOG)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def create_subscription(self, topic: str, subscription: str) -> None:
+        """Subscribe and close: a durable subscription with no consumer keeps a backlog."""
+        with self.client() as client:
+            client.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Shared,
+                             initial_position=pulsar.InitialPosition.Earliest).close()
+
+    @contextlib.contextmanager
+    def consumer(self, topic: str, subscription: str,
+                 kind: pulsar.ConsumerType = pulsar.ConsumerType.Exclusive,
+                 receiver_queue_size: int = 1) -> Iterator[pulsar.Consumer]:
+        """A connected consumer held open for the duration of the block."""
+        with self.client() as client:
+            consumer = client.subscribe(topic, subscription, consumer_type=kind,
+                                        receiver_queue_size=receiver_queue_size)
+            try:
+                yield consumer
+            finally:
+                consumer.close()
+
+    def consume_all(self, topic: str, subscription: str, idle: float = 2.0) -> int:
+        """Receive and acknowledge until nothing arrives for `idle` seconds; the count."""
+        done = 0
+        with self.consumer(topic, subscription, pulsar.ConsumerType.Shared, 100) as consumer:
+            while True:
+                try:
+                    message = consumer.receive(timeout_millis=int(idle * 1000))
+                except pulsar.Timeout:
+                    return done
+                consumer.acknowledge(message)
+                done += 1
+
+    def produce(self, topic: str, count: int, size: int = 100, *, start: int = 0) -> None:
+        """`count` messages of `size` bytes, one entry each (no batching: the broker's
+        backlog counts and sizes are then per message); each payload begins with its index."""
+        with self.client() as client:
+            producer = client.create_producer(topic, batching_enabled=False)
+            try:
+                for index in range(start, start + count):
+                    producer.send(str(index).encode().ljust(size, b"."))
+            finally:
+                producer.close()
+
+
+def poll(probe: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.5) -> T:
+    """Call `probe` until it returns something truthy and return that; after `timeout` fail
+    saying `what` was awaited and what `probe` last returned. The broker refreshes stats
+    and /metrics every 2 s and checks backlog quotas every 2 s (STANDALONE_OVERRIDES)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout} s: {what} (last: {result!r})")
+        time.sleep(interval)
+
+
+def apache_pulsar_fixture(scope: str = "session", **options: Any):
+    """A pytest fixture running one broker per `scope` (tests/conftest.py: session)."""
+
+    @pytest.fixture(scope=scope)
+    def _fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApachePulsar]:
+        broker = ApachePulsar(tmp_path_factory.mktemp("apache-pulsar"), **options)
+        broker.start()
+        try:
+            yield broker
+        finally:
+            broker.stop()
+
+    return _fixture
