@@ -100,7 +100,7 @@ def test_reference_file_loads() -> None:
     assert c.sources.admin is not None
     assert c.exposition.tls is not None
     assert set(c.exposition.basic_auth) == {"prometheus"}
-    assert c.spark.conf["spark.sql.shuffle.partitions"] == "4"
+    assert c.spark.conf["spark.driver.memory"] == "2g"
 
 
 def _schema_paths(cls: type, prefix: str = "") -> set[str]:
