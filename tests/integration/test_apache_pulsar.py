@@ -12,6 +12,7 @@ import math
 import os
 import re
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -330,6 +331,37 @@ def test_admin_evictor_counts_what_it_could_not_do_by_reason(
                          EvictionFailure.CONSUMER_CONNECTED.value: 1}
     assert set(by_reason) <= set(EVICTION_FAILURE_REASONS)
     assert _sub(apache_pulsar, topic, "connected")["msgBacklog"] == 60  # left alone
+
+
+def test_usage_reports_are_published_for_a_bound_resource_group(
+        apache_pulsar: ApachePulsar) -> None:
+    """The harness's ResourceUsageTopicTransportManager (PIP-82) publishes the broker's usage
+    on non-persistent://pulsar/system/resource-usage once a group is bound; the report
+    (ResourceUsageInfo, proto2) starts with the sender's service URL and names the group."""
+    group = f"rg-{uuid.uuid4().hex[:8]}"
+    namespace = apache_pulsar.create_namespace("rg")
+    apache_pulsar.admin("PUT", f"/admin/v2/resourcegroups/{group}",
+                        {"publishRateInMsgs": 100, "publishRateInBytes": 100_000,
+                         "dispatchRateInMsgs": 100, "dispatchRateInBytes": 100_000})
+    apache_pulsar.admin("POST", f"/admin/v2/namespaces/{namespace}/resourcegroup/{group}")
+    try:
+        with apache_pulsar.client() as client:
+            reader = client.create_reader("non-persistent://pulsar/system/resource-usage",
+                                          pulsar.MessageId.latest)
+            apache_pulsar.produce(_topic(namespace, "t"), 5)
+
+            def report_naming_group() -> bytes | None:
+                try:
+                    data = reader.read_next(timeout_millis=2000).data()
+                except pulsar.Timeout:
+                    return None
+                return data if group.encode() in data else None
+
+            report = poll(report_naming_group, f"a usage report naming {group}")
+        assert apache_pulsar.service_url.encode() in report[:64]
+    finally:
+        apache_pulsar.admin("DELETE", f"/admin/v2/namespaces/{namespace}/resourcegroup")
+        apache_pulsar.admin("DELETE", f"/admin/v2/resourcegroups/{group}")
 
 
 def test_harness_figures(apache_pulsar: ApachePulsar) -> None:
