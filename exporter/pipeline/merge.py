@@ -49,7 +49,8 @@ _CLASS_COUNTERS = (
     (MonitoringClass.DISPATCH, "msg_out_total", "bytes_out_total"),
     (MonitoringClass.PUBLISH, "msg_in_total", "bytes_in_total"),
 )
-_VALUE_COLUMNS = [f.name for f in TOPICS if f.name not in ("topic", "namespace", "source")]
+# What a namespace sums over its topics: NAMESPACES' values (no ages, no limits).
+_VALUE_COLUMNS = [f.name for f in NAMESPACES if f.name not in ("namespace", "topics")]
 _BUNDLE_VALUES = ("producers", "consumers", "rate_in", "rate_out", "throughput_in",
                   "throughput_out")
 _USAGE_COLUMNS = tuple(f.name for f in BROKERS if f.name.endswith("_percent"))

@@ -95,7 +95,14 @@ TOPICS = pa.schema([
     ("rate_out", _F),  # pulsar_rate_out, msg/s
     ("throughput_in", _F),  # pulsar_throughput_in, bytes/s
     ("throughput_out", _F),  # pulsar_throughput_out, bytes/s
+    # PIP-323, Apache Pulsar >= 3.2 only (null elsewhere). The broker prints -1 for an age
+    # it has not measured and for an unlimited quota: kept as printed.
+    ("backlog_age_seconds", _F),  # pulsar_storage_backlog_age_seconds, the slowest cursor's
+    ("backlog_quota_limit_bytes", _F),  # pulsar_storage_backlog_quota_limit
+    ("backlog_quota_limit_seconds", _F),  # pulsar_storage_backlog_quota_limit_time
 ])
+# Topic columns that are no quantity of a namespace: never summed, not in NAMESPACES.
+TOPIC_ONLY = ("backlog_age_seconds", "backlog_quota_limit_bytes", "backlog_quota_limit_seconds")
 
 # Per namespace: sums over its topics. For a broker with topic-level metrics off
 # (exposeTopicLevelMetricsInPrometheus=false) the broker's own namespace-level series are
@@ -103,7 +110,8 @@ TOPICS = pa.schema([
 NAMESPACES = pa.schema([
     ("namespace", _S),
     ("topics", _I),
-    *[(f.name, f.type) for f in TOPICS if f.name not in ("topic", "namespace", "source")],
+    *[(f.name, f.type) for f in TOPICS
+      if f.name not in ("topic", "namespace", "source", *TOPIC_ONLY)],
 ])
 
 # Per configured resource group × monitoring class (publish = in counters, dispatch = out
@@ -175,7 +183,7 @@ SOURCE_NAMESPACES = pa.schema([
     ("namespace", _S),
     ("cluster", _S),
     ("topics", _F),  # pulsar_topics_count
-    *[f for f in TOPICS if f.name not in ("topic", "namespace", "source")],
+    *[f for f in TOPICS if f.name not in ("topic", "namespace", "source", *TOPIC_ONLY)],
 ])
 # One row: the broker-wide pulsar_lb_* gauges (null when the body has none).
 SOURCE_USAGE = pa.schema([

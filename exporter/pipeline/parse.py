@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.pipeline import slices
-from exporter.pipeline.model import Level, MalformedReason
+from exporter.pipeline.model import TOPIC_ONLY, Level, MalformedReason
 
 # Families the exporter reads, by the level whose labels they carry (model.Level).
 SUBSCRIPTION_FAMILIES: dict[str, str] = {
@@ -65,9 +65,17 @@ TOPIC_FAMILIES: dict[str, str] = {
     "pulsar_rate_out": "rate_out",
     "pulsar_throughput_in": "throughput_in",
     "pulsar_throughput_out": "throughput_out",
+    # PIP-323 (Apache Pulsar >= 3.2), per topic only: the slowest cursor's backlog age as of
+    # the broker's last backlog-quota check, and the topic's effective quota limits.
+    "pulsar_storage_backlog_age_seconds": "backlog_age_seconds",
+    "pulsar_storage_backlog_quota_limit": "backlog_quota_limit_bytes",
+    "pulsar_storage_backlog_quota_limit_time": "backlog_quota_limit_seconds",
 }
-# Apache Pulsar's namespace-level series (topic-level metrics off) use the topic names.
-NAMESPACE_FAMILIES: dict[str, str] = {**TOPIC_FAMILIES, "pulsar_topics_count": "topics"}
+# Apache Pulsar's namespace-level series (topic-level metrics off) use the topic names;
+# ages and limits make no sense summed over a namespace (model.TOPIC_ONLY).
+NAMESPACE_FAMILIES: dict[str, str] = {
+    **{f: c for f, c in TOPIC_FAMILIES.items() if c not in TOPIC_ONLY},
+    "pulsar_topics_count": "topics"}
 # Broker-wide: Apache Pulsar's load-manager resource usage, percent of each limit
 # (`ResourceUsage.percentUsage()`), labelled {cluster, broker=<advertised host>,
 # metric="loadBalancing"}. pulsar-lite has none of them.
@@ -79,7 +87,8 @@ BROKER_FAMILIES: dict[str, str] = {
     "pulsar_lb_bandwidth_out_usage": "bandwidth_out_percent",
 }
 FAMILIES: tuple[str, ...] = tuple(sorted(
-    set(SUBSCRIPTION_FAMILIES) | set(NAMESPACE_FAMILIES) | set(BROKER_FAMILIES)))
+    set(SUBSCRIPTION_FAMILIES) | set(TOPIC_FAMILIES) | set(NAMESPACE_FAMILIES)
+    | set(BROKER_FAMILIES)))
 
 # Labels read from kept samples; the others are ignored.
 LABELS = ("cluster", "namespace", "topic", "partition", "subscription",
