@@ -26,7 +26,7 @@ from exporter.actions.evict import (
     Skipped,
     evictor_for,
 )
-from exporter.config import Config, RetentionPolicy
+from exporter.config import BacklogQuotaSource, Config
 from exporter.decide import Decider, Decisions
 from exporter.engine.usage import Rejected as EntryRejected
 from exporter.exchange import UsageExchange, from_wire
@@ -52,10 +52,8 @@ class CycleReport:
 
 
 def orders_for(decisions: Decisions) -> list[EvictionOrder]:
-    orders = []
+    orders = []  # plans hold only the types whose policy is consumer_backlog_eviction
     for d in decisions.topics:
-        if d.quota.policy is not RetentionPolicy.CONSUMER_BACKLOG_EVICTION:
-            continue
         orders += [EvictionOrder(d.topic, s.subscription, "size", messages=s.skip_messages)
                    for s in d.plan.size if s.skip_messages > 0]
         orders += [EvictionOrder(d.topic, t.subscription, "time", before_publish_time=t.cutoff)
@@ -76,7 +74,7 @@ class Exporter:
         self.config = config
         self._brokers = brokers
         self._side = ThreadPoolExecutor(1, thread_name_prefix="admin-scrape")
-        self.collector = collector or SourceCollector(config.sources)
+        self.collector = collector or _collector_for(config)
         self.evictor = evictor or evictor_for(config)
         self.state = state or PublishedState(config.check_interval)
         self.tallies = Tallies()
@@ -321,9 +319,9 @@ class Exporter:
     def _apply(self, new: Config) -> None:
         old, self.config = self.config, new
         self.decider.reconfigure(new)
-        if new.sources != old.sources:
+        if (new.sources, new.backlog_quotas.source) != (old.sources, old.backlog_quotas.source):
             self.collector.close()
-            self.collector = SourceCollector(new.sources)
+            self.collector = _collector_for(new)
         if new.sources.brokers != old.sources.brokers and self._brokers is not None:
             self._brokers = None  # a new plan over the new endpoints, at the next cycle
         if (new.sources, new.backlog_quotas.enforce) != (old.sources, old.backlog_quotas.enforce):
@@ -334,6 +332,12 @@ class Exporter:
             if self.exchange is not None:
                 self.exchange.close()
             self.exchange = _exchange_for(new, self._clock)
+
+
+def _collector_for(config: Config) -> SourceCollector:
+    """The admin side; Pulsar's quota policies are read unless quotas come from the YAML."""
+    yaml_only = config.backlog_quotas.source is BacklogQuotaSource.CONFIG
+    return SourceCollector(config.sources, read_quotas=not yaml_only)
 
 
 def _exchange_for(config: Config, clock: Callable[[], float]) -> UsageExchange | None:

@@ -127,8 +127,8 @@ CATALOGUE: tuple[Metric, ...] = (
        _TOPIC, U.BYTES, B, pulsar=True),
     # --- backlog: ours ---------------------------------------------------------------
     _m("pulsar_storage_backlog_age_estimated", G,
-       "1 when the backlog age is estimated from publish counters, 0 when the admin API "
-       "reported it precisely.",
+       "1 when the backlog age is estimated from publish counters, 0 when the broker "
+       "measured it (admin API, or its own pulsar_storage_backlog_age_seconds).",
        _TOPIC, U.NONE, B),
     _m("pulsar_storage_backlog_quota_exceeded", G,
        "1 while the topic's backlog exceeds its quota of this type; `policy` is what the "

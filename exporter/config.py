@@ -8,6 +8,7 @@ This module is the public face: `load`, `parse`, `ConfigError` and the config ty
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -20,6 +21,7 @@ from exporter.configmodel import (
     Allocator,
     BacklogQuota,
     BacklogQuotas,
+    BacklogQuotaSource,
     BrokerSource,
     Config,
     Exposition,
@@ -39,6 +41,7 @@ __all__ = [
     "AdminSource",
     "Allocator",
     "BacklogQuota",
+    "BacklogQuotaSource",
     "BacklogQuotas",
     "BrokerSource",
     "Config",
@@ -101,6 +104,24 @@ def load(path: str | os.PathLike[str]) -> Config:
     return config
 
 
+def _quota_source(r: Reader, top: dict[str, object], config: Config) -> Config:
+    """`backlog_quotas.source`: Pulsar's policies are read over the admin REST, so the
+    default is `both` with an admin source and `config` without, and `pulsar` needs one."""
+    path = "backlog_quotas"
+    m = top.get(path)
+    given = m.get("source") if isinstance(m, dict) else None
+    has_admin = config.sources.admin is not None
+    source = (BacklogQuotaSource.BOTH if has_admin else BacklogQuotaSource.CONFIG)
+    if given is not None:
+        source = r.check(given, f"{path}.source",
+                         cv.choice(BacklogQuotaSource, "source"), source)
+        if source is BacklogQuotaSource.PULSAR and not has_admin:
+            r.error(f"{path}.source", "pulsar needs sources.admin: Pulsar's backlog quotas "
+                                      "are read over the admin REST")
+    quotas = dataclasses.replace(config.backlog_quotas, source=source)
+    return dataclasses.replace(config, backlog_quotas=quotas)
+
+
 class _Loader(yaml.SafeLoader):
     """YAML lets a repeated key silently win; we want to say so, so we record them."""
 
@@ -143,6 +164,7 @@ def parse(data: object, filename: str) -> Config:
     )
     if config.backlog_quotas.enforce and config.sources.service_url is None:
         r.error("backlog_quotas.enforce", "true needs sources.service_url: evictions use it")
+    config = _quota_source(r, top, config)
     if r.errors:
         raise ConfigError(r.errors)
     return config

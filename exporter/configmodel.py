@@ -25,6 +25,15 @@ class RetentionPolicy(StrEnum):
     CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
 
 
+class BacklogQuotaSource(StrEnum):
+    """Where backlog quotas come from: the YAML, Pulsar's policies (admin REST), or both
+    (the YAML overriding Pulsar, engine/quotas.py)."""
+
+    PULSAR = "pulsar"
+    CONFIG = "config"
+    BOTH = "both"
+
+
 class MonitoringClass(StrEnum):
     PUBLISH = "publish"
     DISPATCH = "dispatch"
@@ -51,6 +60,8 @@ class BacklogQuotas:
     namespaces: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # "tenant/ns"
     topics: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # full topic name
     enforce: bool = False  # dry-run by default: decide and export, never touch the cluster
+    # Parsed configs: `both` when sources.admin is set, else `config` (config.parse).
+    source: BacklogQuotaSource = BacklogQuotaSource.CONFIG
 
 
 @dataclass(frozen=True)

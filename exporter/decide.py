@@ -97,10 +97,19 @@ class Decider:
     def _topic_state(self, topic: str, namespace: str, published: int | None,
                      bytes_in: float | None, subs: list[tuple[str, float]],
                      admin: TopicStats | None, admin_at: float, now: float,
-                     ) -> TopicBacklogState:
+                     broker_age: float | None = None) -> TopicBacklogState:
+        """Each subscription's oldest publish time, best source first: the admin REST's
+        `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's PIP-323
+        gauge `broker_age`, else our age table. The gauge is the slowest cursor's
+        (`ManagedLedger.getSlowestConsumer`, by mark-delete position), so it goes to the
+        subscription with the largest backlog; no estimate of another is older than it."""
         admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
         precise = (admin.oldest_backlog_message_subscription
                    if admin and admin.oldest_backlog_message_age_seconds is not None else None)
+        slowest = None
+        if precise is None and broker_age is not None:
+            backlogged = [(-b, n) for n, b in subs if b > 0]
+            slowest = min(backlogged)[1] if backlogged else None
         states = []
         for name, backlog in subs:
             messages = int(backlog)
@@ -109,11 +118,15 @@ class Decider:
             if messages > 0 and name == precise:
                 publish_time = admin_at - admin.oldest_backlog_message_age_seconds
                 source = TimeSource.PRECISE
+            elif messages > 0 and name == slowest:
+                publish_time, source = now - broker_age, TimeSource.BROKER
             elif messages > 0 and published is not None:
                 est = self.ages.estimate(topic, messages, published, now)
                 if isinstance(est, Estimate):
                     publish_time = now - est.age_seconds
-                    if est.method is Method.LOWER_BOUND:
+                    if slowest is not None:
+                        publish_time = max(publish_time, now - broker_age)
+                    elif est.method is Method.LOWER_BOUND:
                         source = TimeSource.LOWER_BOUND
             states.append(SubscriptionBacklog(name, messages, size, publish_time, source))
         avg = (bytes_in / published) if published and bytes_in else None
@@ -125,22 +138,26 @@ class Decider:
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now
         quotas = self.config.backlog_quotas
+        pulsar = admin.quotas if admin else None
         decisions, max_age = [], {}
-        topics, namespaces, msg_in, bytes_in = _columns(
-            agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total"))
+        topics, namespaces, msg_in, bytes_in, ages = _columns(
+            agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
+                         "backlog_age_seconds"))
         # Our own usage-report topic is no backlog to check. pulsar-lite names it without
         # its domain, so it arrives as persistent://: compare what follows the domain.
         usage_topic = self.config.resource_group_engine.topic.partition("://")[2]
-        for topic, ns, published_f, bytes_f in zip(topics, namespaces, msg_in, bytes_in,
-                                                   strict=True):
+        for topic, ns, published_f, bytes_f, age in zip(topics, namespaces, msg_in, bytes_in,
+                                                        ages, strict=True):
             if topic.partition("://")[2] == usage_topic:
                 continue
             published = _int(published_f)
             if published is not None:
                 self.ages.observe(topic, now, published)
+            # The broker prints -1 until its backlog-quota check has measured the age.
+            broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
             state = self._topic_state(topic, ns, published, bytes_f, subs.get(topic, []),
-                                      stats.get(topic), admin_at, now)
-            decision = check(state, quotas, now)
+                                      stats.get(topic), admin_at, now, broker_age)
+            decision = check(state, quotas, now, pulsar)
             decisions.append(decision)
             if decision.backlog_age_seconds is not None:
                 max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)

@@ -67,12 +67,20 @@ def _finite(v: float | None) -> bool:
     return v is not None and math.isfinite(v)
 
 
+def _evicts(d: TopicDecision) -> bool:
+    """Either quota type's policy evicts (each type has its own in Pulsar)."""
+    evict = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
+    if d.limits is None:
+        return d.quota.policy is evict
+    return evict in (d.limits.size.policy, d.limits.time.policy)
+
+
 def _add_topic(b: MetricSetBuilder, cluster: str, d: TopicDecision) -> None:
     key = (cluster, d.namespace, d.topic)
     if d.backlog_age_seconds is not None:
         b.add("pulsar_storage_backlog_age_seconds", key, d.backlog_age_seconds)
         b.add("pulsar_storage_backlog_age_estimated", key,
-              0.0 if d.time_source is TimeSource.PRECISE else 1.0)
+              0.0 if d.time_source in (TimeSource.PRECISE, TimeSource.BROKER) else 1.0)
     if _finite(d.backlog_bytes):
         b.add("pulsar_storage_backlog_size", key, d.backlog_bytes)
     if d.quota.limit_size is not None and d.quota.limit_size >= 0:
@@ -81,8 +89,8 @@ def _add_topic(b: MetricSetBuilder, cluster: str, d: TopicDecision) -> None:
         b.add("pulsar_storage_backlog_quota_limit_time", key, d.quota.limit_time)
     for quota_type, status in ((QuotaType.SIZE, d.size), (QuotaType.TIME, d.time)):
         if status in (LimitStatus.WITHIN, LimitStatus.EXCEEDED):
-            b.add("pulsar_storage_backlog_quota_exceeded",
-                  (*key, quota_type.value, d.quota.policy.value),
+            policy = d.limits.limit(quota_type).policy if d.limits else d.quota.policy
+            b.add("pulsar_storage_backlog_quota_exceeded", (*key, quota_type.value, policy.value),
                   1.0 if status is LimitStatus.EXCEEDED else 0.0)
     if d.holder is not None and d.backlog_messages > 0:
         b.add("pulsar_storage_backlog_oldest_subscription_info", (*key, d.holder), 1.0)
@@ -141,7 +149,7 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     if decisions is not None:
         for d in decisions.topics:
             _add_topic(b, c, d)
-            if d.quota.policy is RetentionPolicy.CONSUMER_BACKLOG_EVICTION:
+            if _evicts(d):
                 # exist at 0 from the start, so a first eviction is an increase to alert on
                 for name in ("pulsar_storage_backlog_quota_exceeded_evictions_total",
                              "pulsar_storage_backlog_quota_would_evict_total"):

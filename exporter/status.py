@@ -35,6 +35,8 @@ def topic_view(d: TopicDecision) -> dict[str, object]:
         "oldest_subscription": d.holder,
         "policy": d.quota.policy.value,
         "quota_source": d.quota_source.value,
+        "limit_sources": ({"size": d.limits.size.origin, "time": d.limits.time.origin}
+                          if d.limits else None),
         "limit_size_bytes": d.quota.limit_size,
         "limit_time_seconds": _num(d.quota.limit_time),
         "exceeded": sorted(q.value for q in d.exceeded),

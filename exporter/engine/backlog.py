@@ -3,10 +3,9 @@
 Pulsar's broker (`BrokerService.monitorBacklogQuota`, `PersistentTopic`,
 `BacklogQuotaManager`) is the reference; where we differ it is on purpose, as listed here.
 
-- Precedence: topic > namespace > default, the most specific configured object replacing the
-  whole quota (our config contract). Pulsar resolves its two quota types
-  (`destination_storage`, `message_age`) separately through topic → namespace → broker
-  policies; our config has one object per level holding both limits and one policy.
+- Which quota: engine/quotas.py (the YAML's whole objects, Pulsar's per-type resolution, or
+  the YAML over Pulsar). Each quota type keeps its own policy, as in Pulsar: an eviction
+  plan is made for the types whose policy is `consumer_backlog_eviction`.
 - The topic backlog is that of the subscription holding the oldest unacknowledged message
   (PIP-323). Where no subscription's publish time is known we fall back to the one with the
   largest backlog (without individual-ack holes it is the same subscription) and say so.
@@ -40,34 +39,27 @@ Pure: no I/O, no clock; `now` is epoch seconds passed in.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 
 from exporter.config import BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.engine.quotas import (
+    PulsarQuotas,
+    QuotaSource,
+    QuotaType,
+    ResolvedQuota,
+    configured,
+    resolve,
+)
 
-_PARTITION = re.compile(r"-partition-[0-9]+$")
-
-
-class QuotaSource(StrEnum):
-    """Which level's quota object applies to a topic."""
-
-    TOPIC = "topic"
-    NAMESPACE = "namespace"
-    DEFAULT = "default"
-
-
-class QuotaType(StrEnum):
-    """The `quota_type` label of PIP-323's eviction counters."""
-
-    SIZE = "size"
-    TIME = "time"
+__all__ = ["QuotaSource", "QuotaType"]  # re-exported: they were defined here first
 
 
 class TimeSource(StrEnum):
     PRECISE = "precise"  # admin REST: the broker read the message
+    BROKER = "broker"  # the broker's PIP-323 gauge on /metrics (the slowest cursor's)
     ESTIMATED = "estimated"  # our age table (agetable.py), interpolated
     LOWER_BOUND = "lower_bound"  # age table: published at or before this time, maybe earlier
 
@@ -183,7 +175,8 @@ class TopicDecision:
     size: LimitStatus
     time: LimitStatus
     action: Action
-    plan: EvictionPlan  # empty unless the action is consumer_backlog_eviction
+    plan: EvictionPlan  # only the types whose policy is consumer_backlog_eviction
+    limits: ResolvedQuota | None = None  # per type: value, policy, origin (quotas.py)
 
     @property
     def exceeded(self) -> frozenset[QuotaType]:
@@ -200,29 +193,21 @@ class TopicDecision:
 def effective_quota(
     topic: str, namespace: str, quotas: BacklogQuotas
 ) -> tuple[BacklogQuota, QuotaSource]:
-    """The most specific configured quota object, whole, and the level it came from. A
-    partition (`…-partition-N`) has its partitioned topic's quota, as in Pulsar, where
-    topic policies set on a partitioned topic apply to each of its partitions
-    (TopicName.getPartitionedTopicName); a quota set on the partition itself wins."""
-    if topic in quotas.topics:
-        return quotas.topics[topic], QuotaSource.TOPIC
-    base = _PARTITION.sub("", topic)
-    if base != topic and base in quotas.topics:
-        return quotas.topics[base], QuotaSource.TOPIC
-    if namespace in quotas.namespaces:
-        return quotas.namespaces[namespace], QuotaSource.NAMESPACE
-    return quotas.default, QuotaSource.DEFAULT
+    """The most specific configured quota object, whole, and the level it came from
+    (quotas.configured: a partition has its partitioned topic's quota unless it has its own)."""
+    return configured(topic, namespace, quotas)
 
 
-def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float) -> TopicDecision:
-    """Check one topic's backlog against its quota and plan the eviction it requires."""
-    quota, source = effective_quota(state.topic, state.namespace, quotas)
+def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
+          pulsar: PulsarQuotas | None = None) -> TopicDecision:
+    """Check one topic's backlog against its quota and plan the eviction it requires.
+    `pulsar`: Pulsar's own policies, used unless `quotas.source` is `config`."""
+    limits = resolve(state.topic, state.namespace, quotas, pulsar)
+    quota, source = limits.as_quota(), limits.source
     ordered = _oldest_first(state.subscriptions)
     avg = _usable(state.average_message_size)
-    limit_size = (
-        quota.limit_size if quota.limit_size is not None and quota.limit_size >= 0 else None
-    )
-    limit_time = quota.limit_time if quota.limit_time is not None and quota.limit_time > 0 else None
+    limit_size = None if limits.size.value is None else int(limits.size.value)
+    limit_time = limits.time.value
     cutoff = None if limit_time is None else now - limit_time
 
     if not ordered:
@@ -243,6 +228,7 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float) -> TopicD
             time=LimitStatus.NO_LIMIT if cutoff is None else LimitStatus.WITHIN,
             action=Action.NONE,
             plan=EvictionPlan(),
+            limits=limits,
         )
 
     holder = ordered[0]
@@ -261,14 +247,20 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float) -> TopicD
     else:
         time = LimitStatus.EXCEEDED if oldest < cutoff else LimitStatus.WITHIN
 
-    exceeded = LimitStatus.EXCEEDED in (size, time)
-    action = Action(quota.policy.value) if exceeded else Action.NONE
-    plan = EvictionPlan()
-    if action is Action.CONSUMER_BACKLOG_EVICTION:
-        plan = EvictionPlan(
-            size=_size_plan(ordered, avg, limit_size) if size is LimitStatus.EXCEEDED else (),
-            time=_time_plan(ordered, cutoff) if time is LimitStatus.EXCEEDED else (),
-        )
+    # Pulsar checks size first and acts on the first exceeded type's policy.
+    acting = next((limits.limit(kind).policy for kind, status
+                   in ((QuotaType.SIZE, size), (QuotaType.TIME, time))
+                   if status is LimitStatus.EXCEEDED), None)
+    action = Action.NONE if acting is None else Action(acting.value)
+    evicting = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
+    plan = EvictionPlan(
+        size=(_size_plan(ordered, avg, limit_size)
+              if size is LimitStatus.EXCEEDED and limits.size.policy is evicting else ()),
+        time=(_time_plan(ordered, cutoff)
+              if time is LimitStatus.EXCEEDED and limits.time.policy is evicting else ()),
+    )
+    if acting is not None:
+        quota = replace(quota, policy=acting)
     return TopicDecision(
         topic=state.topic,
         namespace=state.namespace,
@@ -288,6 +280,7 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float) -> TopicD
         time=time,
         action=action,
         plan=plan,
+        limits=limits,
     )
 
 

@@ -22,6 +22,7 @@ Endpoints (Pulsar's `admin/v2` resources):
   GET /admin/v2/namespaces/{tenant}/{ns}/bundles         → {"boundaries": [...], "numBundles"}
   GET /admin/v2/clusters, /admin/v2/brokers/{cluster},
       /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces → {"t/ns/0x…_0x…": {...}}
+  Backlog-quota policies: policies.py (on their own period, with the walk's listings).
 Pulsar answers a stats request on a non-owner broker with a 307 to the owner; redirects
 are followed and keep the bearer token. Proxies from the environment are not used.
 `AdminSource.timeout` bounds each request (each socket operation), not the whole walk.
@@ -36,15 +37,22 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
 from exporter.config import AdminSource
+from exporter.sources.adminjson import (
+    bundles_from_json,
+    object_of,
+    partitioned_stats_from_json,
+    strings_of,
+    subscription_from_json,
+    topic_stats_from_json,
+)
 from exporter.sources.brokers import Failed, FetchFailure, HealthLedger, classify
 from exporter.sources.model import (
     AdminSnapshot,
@@ -52,122 +60,15 @@ from exporter.sources.model import (
     ScrapeError,
     SourceHealth,
     SourceKind,
-    SubscriptionStats,
     TopicStats,
 )
+from exporter.sources.policies import PolicyCache
 
+__all__ = ["AdminFetched", "AdminScrape", "AdminScraper", "bundles_from_json",
+           "partitioned_stats_from_json", "subscription_from_json", "topic_stats_from_json"]
 _PARTITION = re.compile(r"^(?P<parent>.+)-partition-(?P<index>\d+)$")
 T = TypeVar("T")
 A = TypeVar("A")
-
-
-# --- JSON → model (pure) -------------------------------------------------------------------
-
-
-def _number(doc: Mapping, key: str, where: str, *, required: bool) -> float | None:
-    if doc.get(key) is None:
-        if required:
-            raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing {key!r}")
-        return None
-    value = doc[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: {key!r} is not a number: {value!r}")
-    return value
-
-
-def _int(doc: Mapping, key: str, where: str, *, required: bool = False) -> int | None:
-    value = _number(doc, key, where, required=required)
-    return None if value is None else int(value)
-
-
-def _object(value: object, where: str) -> Mapping:
-    if not isinstance(value, Mapping):
-        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: expected a JSON object")
-    return value
-
-
-def _strings(value: object, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: expected a list of strings")
-    return value
-
-
-def subscription_from_json(name: str, doc: object, topic: str) -> SubscriptionStats:
-    """Pulsar `SubscriptionStats`; `type` and `backlogSize` are absent on old brokers."""
-    where = f"{topic} subscription {name!r}"
-    sub = _object(doc, where)
-    consumers = sub.get("consumers")
-    if consumers is None:
-        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing 'consumers'")
-    if not isinstance(consumers, list):
-        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: 'consumers' is not a list")
-    sub_type = sub.get("type")
-    return SubscriptionStats(
-        name=name,
-        msg_backlog=_int(sub, "msgBacklog", where, required=True),
-        backlog_size=_int(sub, "backlogSize", where),
-        unacked_messages=_int(sub, "unackedMessages", where, required=True),
-        consumers=len(consumers),
-        type=sub_type if isinstance(sub_type, str) else None,
-    )
-
-
-def topic_stats_from_json(topic: str, doc: object) -> TopicStats:
-    """Pulsar `TopicStats` → `TopicStats`; raises `FetchFailure` (MISSING_FIELDS/MALFORMED).
-
-    `oldestBacklogMessageAgeSeconds` is -1 until a backlog-quota check has measured it
-    (Pulsar's `TopicStatsImpl.reset`), and absent before 3.2: both become None.
-    """
-    stats = _object(doc, topic)
-    subs = stats.get("subscriptions")
-    if subs is None:
-        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{topic}: missing 'subscriptions'")
-    subs = _object(subs, f"{topic} subscriptions")
-    age = _number(stats, "oldestBacklogMessageAgeSeconds", topic, required=False)
-    oldest_sub = stats.get("oldestBacklogMessageSubscriptionName")
-    known_age = age is not None and age >= 0
-    return TopicStats(
-        topic=topic,
-        backlog_size=_int(stats, "backlogSize", topic),
-        msg_in_counter=_int(stats, "msgInCounter", topic),
-        bytes_in_counter=_int(stats, "bytesInCounter", topic),
-        oldest_backlog_message_age_seconds=float(age) if known_age else None,
-        oldest_backlog_message_subscription=(
-            oldest_sub if known_age and isinstance(oldest_sub, str) else None),
-        subscriptions=tuple(subscription_from_json(name, sub, topic)
-                            for name, sub in sorted(subs.items())),
-    )
-
-
-def partitioned_stats_from_json(topic: str, doc: object) -> tuple[TopicStats, ...]:
-    """Pulsar `PartitionedTopicStats` → one `TopicStats` per partition.
-
-    Backlog quotas are checked per partition (each is its own topic on the broker), so
-    partitions are kept apart when the broker lists them (`perPartition=true`, keyed by the
-    full partition name). A broker that returns no `partitions` entries gives only the
-    aggregate, which is kept under the partitioned topic's name: Pulsar sums counters and
-    backlogs and takes the largest age over partitions (`TopicStatsImpl.add`).
-    """
-    stats = _object(doc, topic)
-    partitions = stats.get("partitions") or {}
-    partitions = _object(partitions, f"{topic} partitions")
-    if not partitions:
-        return (topic_stats_from_json(topic, stats),)
-    return tuple(topic_stats_from_json(name, part) for name, part in sorted(partitions.items()))
-
-
-def bundles_from_json(
-    namespace: str, doc: object, owners: Mapping[str, str]
-) -> tuple[BundleOwnership, ...]:
-    """Pulsar `BundlesData` (`boundaries` = n+1 hex keys for n bundles) → bundle ranges
-    `0x…_0x…`, each with its owner from `ownedNamespaces` (keyed `tenant/ns/range`)."""
-    where = f"{namespace} bundles"
-    data = _object(doc, where)
-    if data.get("boundaries") is None:
-        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing 'boundaries'")
-    bounds = _strings(data["boundaries"], f"{where} boundaries")
-    ranges = [f"{lo}_{hi}" for lo, hi in pairwise(bounds)]
-    return tuple(BundleOwnership(namespace, r, owners.get(f"{namespace}/{r}")) for r in ranges)
 
 
 # --- HTTP -----------------------------------------------------------------------------------
@@ -290,6 +191,7 @@ class _Walk:
         self.http = http
         self.pool = pool
         self.errors: list[Failed] = []
+        self.topic_names: list[str] = []
 
     def each(self, fn: Callable[[A], T], items: Sequence[A]) -> list[T]:
         results = list(self.pool.map(lambda item: _attempt(fn, item), items))
@@ -297,7 +199,7 @@ class _Walk:
         return [r for r in results if not isinstance(r, Failed)]
 
     def listing(self, path: str, where: str) -> list[str]:
-        return _strings(self.http.get_json(path), where)
+        return strings_of(self.http.get_json(path), where)
 
     def namespaces(self, tenants: Sequence[str]) -> list[str]:
         lists = self.each(
@@ -316,6 +218,7 @@ class _Walk:
         parents = set(partitioned)
         plain = [t for ts in listed for t in ts
                  if not ((m := _PARTITION.match(t)) and m["parent"] in parents)]
+        self.topic_names = plain + partitioned  # what topic policies are set on
         single = self.each(lambda t: (topic_stats_from_json(
             t, self.http.get_json(_topic_path(t) + "/stats")),), plain)
         parted = self.each(lambda t: partitioned_stats_from_json(
@@ -342,11 +245,11 @@ class _Walk:
             found = self.http.get_json(f"/admin/v2/brokers/{_q(cluster)}", elsewhere_ok=True)
             if found is None:
                 return []
-            return [(cluster, b) for b in _strings(found, f"brokers of {cluster}")]
+            return [(cluster, b) for b in strings_of(found, f"brokers of {cluster}")]
 
         def owned_by(pair: tuple[str, str]) -> dict[str, str]:
             cluster, broker = pair
-            owned = _object(self.http.get_json(
+            owned = object_of(self.http.get_json(
                 f"/admin/v2/brokers/{_q(cluster)}/{_q(broker)}/ownedNamespaces"),
                 f"namespaces owned by {broker}")
             return dict.fromkeys(owned, broker)
@@ -369,8 +272,11 @@ class AdminScraper:
         *,
         max_concurrency: int = 8,
         clock: Callable[[], float] = time.time,
+        policies: PolicyCache | None = None,
     ):
+        """`policies`: also read Pulsar's backlog-quota policies (on their own period)."""
         self.source = source
+        self._policies = policies
         self._workers = max(1, max_concurrency)
         self._clock = clock
         self._ledger = HealthLedger(source.url, SourceKind.ADMIN)
@@ -392,7 +298,7 @@ class AdminScraper:
         """One walk over the cluster; no state is kept."""
         try:
             http = _Http(self.source, _read_token(self.source.token_file))
-            tenants = _strings(http.get_json("/admin/v2/tenants"), "tenants")
+            tenants = strings_of(http.get_json("/admin/v2/tenants"), "tenants")
         except Exception as exc:
             return classify(exc)
         with ThreadPoolExecutor(self._workers, thread_name_prefix="admin-fetch") as pool:
@@ -400,5 +306,8 @@ class AdminScraper:
             namespaces = walk.namespaces(tenants)
             topics = walk.topics(namespaces)
             bundles = walk.bundles(namespaces)
-        snapshot = AdminSnapshot(self._clock(), tuple(topics), tuple(bundles))
+            quotas = self._policies.read(walk.each, http.get_json, namespaces,
+                                         walk.topic_names, self._clock()) \
+                if self._policies else None
+        snapshot = AdminSnapshot(self._clock(), tuple(topics), tuple(bundles), quotas)
         return AdminFetched(snapshot, tuple(walk.errors))

@@ -16,6 +16,7 @@ from typing import Protocol
 from exporter.config import Sources
 from exporter.sources.admin import AdminScraper
 from exporter.sources.model import Snapshot
+from exporter.sources.policies import PolicyCache
 
 
 class SnapshotSource(Protocol):
@@ -30,9 +31,12 @@ class SourceCollector:
     """Runs the admin source, when configured, for one cycle. Not re-entrant."""
 
     def __init__(self, sources: Sources, *, max_workers: int = 8,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, read_quotas: bool = False):
+        """`read_quotas`: read Pulsar's backlog-quota policies too (`backlog_quotas.source`
+        other than `config`)."""
         self._clock = clock
-        self._admin = (AdminScraper(sources.admin, max_concurrency=max_workers, clock=clock)
+        self._admin = (AdminScraper(sources.admin, max_concurrency=max_workers, clock=clock,
+                                    policies=PolicyCache() if read_quotas else None)
                        if sources.admin else None)
 
     def collect(self) -> Snapshot:

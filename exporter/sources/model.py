@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from exporter.engine.quotas import PulsarQuotas
+
 
 class ScrapeError(StrEnum):
     """Why a fetch failed; the values are the `reason` label of the scrape-error counter."""
@@ -77,6 +79,7 @@ class AdminSnapshot:
     fetched_at: float
     topics: tuple[TopicStats, ...]
     bundles: tuple[BundleOwnership, ...]
+    quotas: PulsarQuotas | None = None  # Pulsar's backlog-quota policies, when read
 
 
 @dataclass(frozen=True)

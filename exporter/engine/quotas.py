@@ -1,0 +1,182 @@
+"""Which backlog quota applies to a topic: the YAML's, Pulsar's, or both (pure).
+
+Two ways of resolving, because the two sources are built differently:
+
+- The YAML (`backlog_quotas` in the config): the most specific configured object, topic >
+  namespace > default, replaces the whole quota (a namespace entry naming only `limit_time`
+  has no size limit). A partition has its partitioned topic's quota unless it has its own,
+  as Pulsar applies a partitioned topic's policies to each partition
+  (`TopicName.getPartitionedTopicName`).
+- Pulsar resolves each quota type on its own (`AbstractTopic`'s per-type
+  `PolicyHierarchyValue`, read by `getBacklogQuota(BacklogQuotaType)`): for
+  `destination_storage` the topic-level entry if the topic policies (`TopicPoliciesService`)
+  have one, else the namespace's, else the broker default (`BacklogQuotaManager`'s
+  `defaultQuota`); the same, independently, for `message_age`. An entry decides its type
+  whatever its limit: a topic entry of -1 means unlimited there, not "ask the namespace".
+  Only the entry's own field counts: a `message_age` entry carries a `limitSize` of 0 that
+  Pulsar never reads for size, and the reverse.
+
+With `source: both` the YAML overrides Pulsar per object: a YAML entry naming the topic (or
+its partitioned topic) or its namespace decides the whole quota, as with `source: config`;
+topics the YAML names nowhere get Pulsar's per-type resolution, where the YAML default (when
+it sets a limit) takes the place of the broker's default. An operator's YAML entry is then a
+deliberate, complete statement for what it names, and without Pulsar policies `both` decides
+exactly as `config`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from exporter.config import BacklogQuota, BacklogQuotas, BacklogQuotaSource, RetentionPolicy
+
+_PARTITION = re.compile(r"-partition-[0-9]+$")
+
+
+class QuotaSource(StrEnum):
+    """The level a quota (or one of its limits) came from."""
+
+    TOPIC = "topic"
+    NAMESPACE = "namespace"
+    DEFAULT = "default"
+
+
+class QuotaType(StrEnum):
+    """The `quota_type` label of PIP-323's eviction counters; Pulsar's BacklogQuotaType."""
+
+    SIZE = "size"  # destination_storage
+    TIME = "time"  # message_age
+
+
+_SPECIFICITY = (QuotaSource.TOPIC, QuotaSource.NAMESPACE, QuotaSource.DEFAULT)
+
+
+@dataclass(frozen=True, slots=True)
+class TypedQuota:
+    """One of Pulsar's per-type quota entries: a limit (bytes for size, seconds for time;
+    negative, or a time of 0, is unlimited) and what the broker does on a breach."""
+
+    limit: float
+    policy: RetentionPolicy = RetentionPolicy.PRODUCER_REQUEST_HOLD
+
+
+def _frozen(m: Mapping | None = None) -> Mapping:
+    return MappingProxyType(dict(m or {}))
+
+
+@dataclass(frozen=True)
+class PulsarQuotas:
+    """Pulsar's backlog-quota policies as the admin REST reports them, per quota type.
+    A type missing from a level's mapping is not set at that level."""
+
+    default: Mapping[QuotaType, TypedQuota] = field(default_factory=_frozen)  # broker's
+    namespaces: Mapping[str, Mapping[QuotaType, TypedQuota]] = field(default_factory=_frozen)
+    topics: Mapping[str, Mapping[QuotaType, TypedQuota]] = field(default_factory=_frozen)
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One resolved limit: None is unlimited; `origin` says where it came from, e.g.
+    `pulsar:topic` or `config:namespace` (README, `limit_sources`)."""
+
+    value: float | None
+    policy: RetentionPolicy
+    origin: str
+
+    @property
+    def level(self) -> QuotaSource:
+        return QuotaSource(self.origin.partition(":")[2])
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedQuota:
+    size: Limit  # bytes
+    time: Limit  # seconds
+
+    @property
+    def source(self) -> QuotaSource:
+        """The most specific level either limit came from (`quota_source`)."""
+        return min(self.size.level, self.time.level, key=_SPECIFICITY.index)
+
+    def limit(self, kind: QuotaType) -> Limit:
+        return self.size if kind is QuotaType.SIZE else self.time
+
+    @property
+    def acting_policy(self) -> RetentionPolicy:
+        """One policy for the topic: the size limit's when it has one (Pulsar checks size
+        first), else the time limit's."""
+        return self.size.policy if self.size.value is not None or self.time.value is None \
+            else self.time.policy
+
+    def as_quota(self) -> BacklogQuota:
+        size = None if self.size.value is None else int(self.size.value)
+        return BacklogQuota(limit_size=size, limit_time=self.time.value,
+                            policy=self.acting_policy)
+
+
+def _size(value: float | None) -> float | None:
+    return value if value is not None and value >= 0 else None
+
+
+def _time(value: float | None) -> float | None:
+    return value if value is not None and value > 0 else None
+
+
+def configured(topic: str, namespace: str, quotas: BacklogQuotas,
+               ) -> tuple[BacklogQuota, QuotaSource]:
+    """The most specific YAML quota object, whole, and its level."""
+    if topic in quotas.topics:
+        return quotas.topics[topic], QuotaSource.TOPIC
+    base = _PARTITION.sub("", topic)
+    if base != topic and base in quotas.topics:
+        return quotas.topics[base], QuotaSource.TOPIC
+    if namespace in quotas.namespaces:
+        return quotas.namespaces[namespace], QuotaSource.NAMESPACE
+    return quotas.default, QuotaSource.DEFAULT
+
+
+def _from_config(quota: BacklogQuota, level: QuotaSource) -> ResolvedQuota:
+    origin = f"config:{level.value}"
+    return ResolvedQuota(Limit(_size(quota.limit_size), quota.policy, origin),
+                         Limit(_time(quota.limit_time), quota.policy, origin))
+
+
+def _pulsar_type(topic: str, namespace: str, kind: QuotaType, pulsar: PulsarQuotas,
+                 fallback: BacklogQuota | None) -> Limit:
+    base = _PARTITION.sub("", topic)
+    normal = _size if kind is QuotaType.SIZE else _time
+    for level, entries in ((QuotaSource.TOPIC, pulsar.topics.get(topic)),
+                           (QuotaSource.TOPIC, pulsar.topics.get(base)),
+                           (QuotaSource.NAMESPACE, pulsar.namespaces.get(namespace))):
+        if entries and kind in entries:
+            entry = entries[kind]
+            return Limit(normal(entry.limit), entry.policy, f"pulsar:{level.value}")
+    if fallback is not None:  # the YAML default in place of the broker's
+        return _from_config(fallback, QuotaSource.DEFAULT).limit(kind)
+    entry = pulsar.default.get(kind)
+    if entry is None:
+        return Limit(None, RetentionPolicy.PRODUCER_REQUEST_HOLD, "pulsar:default")
+    return Limit(normal(entry.limit), entry.policy, "pulsar:default")
+
+
+def resolve(topic: str, namespace: str, quotas: BacklogQuotas,
+            pulsar: PulsarQuotas | None = None) -> ResolvedQuota:
+    """The quota that applies to `topic` under `quotas.source` (module docstring). Without
+    Pulsar policies (`pulsar` None: not read yet, or no admin source) Pulsar has none."""
+    mode = quotas.source
+    if mode is BacklogQuotaSource.CONFIG:
+        return _from_config(*configured(topic, namespace, quotas))
+    pulsar = pulsar or PulsarQuotas()
+    fallback = None
+    if mode is BacklogQuotaSource.BOTH:
+        quota, level = configured(topic, namespace, quotas)
+        if level is not QuotaSource.DEFAULT:
+            return _from_config(quota, level)
+        if quota.limit_size is not None or quota.limit_time is not None:
+            fallback = quota
+    return ResolvedQuota(*(_pulsar_type(topic, namespace, kind, pulsar, fallback)
+                           for kind in (QuotaType.SIZE, QuotaType.TIME)))

@@ -1,0 +1,125 @@
+"""Apache Pulsar admin REST JSON → the model's dataclasses (pure), at the boundary.
+
+Pulsar's `TopicStats`, `PartitionedTopicStats` and `BundlesData` as admin.py fetches them;
+a missing or mistyped field raises `FetchFailure` (MISSING_FIELDS / MALFORMED), so the walk
+leaves that item out and counts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import pairwise
+
+from exporter.sources.brokers import FetchFailure
+from exporter.sources.model import (
+    BundleOwnership,
+    ScrapeError,
+    SubscriptionStats,
+    TopicStats,
+)
+
+
+def _number(doc: Mapping, key: str, where: str, *, required: bool) -> float | None:
+    if doc.get(key) is None:
+        if required:
+            raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing {key!r}")
+        return None
+    value = doc[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: {key!r} is not a number: {value!r}")
+    return value
+
+
+def _int(doc: Mapping, key: str, where: str, *, required: bool = False) -> int | None:
+    value = _number(doc, key, where, required=required)
+    return None if value is None else int(value)
+
+
+def object_of(value: object, where: str) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: expected a JSON object")
+    return value
+
+
+def strings_of(value: object, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: expected a list of strings")
+    return value
+
+
+def subscription_from_json(name: str, doc: object, topic: str) -> SubscriptionStats:
+    """Pulsar `SubscriptionStats`; `type` and `backlogSize` are absent on old brokers."""
+    where = f"{topic} subscription {name!r}"
+    sub = object_of(doc, where)
+    consumers = sub.get("consumers")
+    if consumers is None:
+        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing 'consumers'")
+    if not isinstance(consumers, list):
+        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: 'consumers' is not a list")
+    sub_type = sub.get("type")
+    return SubscriptionStats(
+        name=name,
+        msg_backlog=_int(sub, "msgBacklog", where, required=True),
+        backlog_size=_int(sub, "backlogSize", where),
+        unacked_messages=_int(sub, "unackedMessages", where, required=True),
+        consumers=len(consumers),
+        type=sub_type if isinstance(sub_type, str) else None,
+    )
+
+
+def topic_stats_from_json(topic: str, doc: object) -> TopicStats:
+    """Pulsar `TopicStats` → `TopicStats`; raises `FetchFailure` (MISSING_FIELDS/MALFORMED).
+
+    `oldestBacklogMessageAgeSeconds` is -1 until a backlog-quota check has measured it
+    (Pulsar's `TopicStatsImpl.reset`), and absent before 3.2: both become None.
+    """
+    stats = object_of(doc, topic)
+    subs = stats.get("subscriptions")
+    if subs is None:
+        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{topic}: missing 'subscriptions'")
+    subs = object_of(subs, f"{topic} subscriptions")
+    age = _number(stats, "oldestBacklogMessageAgeSeconds", topic, required=False)
+    oldest_sub = stats.get("oldestBacklogMessageSubscriptionName")
+    known_age = age is not None and age >= 0
+    return TopicStats(
+        topic=topic,
+        backlog_size=_int(stats, "backlogSize", topic),
+        msg_in_counter=_int(stats, "msgInCounter", topic),
+        bytes_in_counter=_int(stats, "bytesInCounter", topic),
+        oldest_backlog_message_age_seconds=float(age) if known_age else None,
+        oldest_backlog_message_subscription=(
+            oldest_sub if known_age and isinstance(oldest_sub, str) else None),
+        subscriptions=tuple(subscription_from_json(name, sub, topic)
+                            for name, sub in sorted(subs.items())),
+    )
+
+
+def partitioned_stats_from_json(topic: str, doc: object) -> tuple[TopicStats, ...]:
+    """Pulsar `PartitionedTopicStats` → one `TopicStats` per partition.
+
+    Backlog quotas are checked per partition (each is its own topic on the broker), so
+    partitions are kept apart when the broker lists them (`perPartition=true`, keyed by the
+    full partition name). A broker that returns no `partitions` entries gives only the
+    aggregate, which is kept under the partitioned topic's name: Pulsar sums counters and
+    backlogs and takes the largest age over partitions (`TopicStatsImpl.add`).
+    """
+    stats = object_of(doc, topic)
+    partitions = stats.get("partitions") or {}
+    partitions = object_of(partitions, f"{topic} partitions")
+    if not partitions:
+        return (topic_stats_from_json(topic, stats),)
+    return tuple(topic_stats_from_json(name, part) for name, part in sorted(partitions.items()))
+
+
+def bundles_from_json(
+    namespace: str, doc: object, owners: Mapping[str, str]
+) -> tuple[BundleOwnership, ...]:
+    """Pulsar `BundlesData` (`boundaries` = n+1 hex keys for n bundles) → bundle ranges
+    `0x…_0x…`, each with its owner from `ownedNamespaces` (keyed `tenant/ns/range`)."""
+    where = f"{namespace} bundles"
+    data = object_of(doc, where)
+    if data.get("boundaries") is None:
+        raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing 'boundaries'")
+    bounds = strings_of(data["boundaries"], f"{where} boundaries")
+    ranges = [f"{lo}_{hi}" for lo, hi in pairwise(bounds)]
+    return tuple(BundleOwnership(namespace, r, owners.get(f"{namespace}/{r}")) for r in ranges)

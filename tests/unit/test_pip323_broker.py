@@ -1,0 +1,104 @@
+"""PIP-323 as Apache Pulsar >= 3.2 prints it (the recorded 4.0.8 body): the per-topic
+backlog age and quota limits parsed into the topic table, kept out of namespace sums, and
+the broker's age used by the engine where the admin REST has no precise one."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.config import parse
+from exporter.decide import Decider
+from exporter.engine.backlog import TimeSource
+from exporter.pipeline.merge import merge
+from exporter.pipeline.model import NAMESPACES, SOURCE_NAMESPACES, TOPIC_ONLY, TOPICS
+from exporter.pipeline.parse import parse_text
+from exporter.pipeline.tables import SourceTables, source_tables
+from exporter.sources.model import AdminSnapshot, SubscriptionStats, TopicStats
+from tests.harness.fixtures import FIXTURES
+
+BODY = (FIXTURES / "apache-pulsar-4.0-metrics.txt").read_bytes()
+KEPT = "persistent://public/pip323-kept-2fef1917/kept"  # 40 messages, 10 MiB size quota
+AGED = "persistent://public/pip323-age-a5f53a0d/aged"  # evicted by its 2 s time quota
+URL = "http://127.0.0.1:8080/metrics/"
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture(scope="module")
+def tables() -> SourceTables:
+    return source_tables([parse_text(BODY)])
+
+
+def _by_topic(table) -> dict[str, dict]:
+    return {r["topic"]: r for r in table.to_pylist()}
+
+
+def test_the_broker_age_and_limits_are_topic_columns(tables) -> None:
+    # Lines of the fixture, e.g.
+    # pulsar_storage_backlog_quota_limit{…,topic="…/kept"} 10485760
+    # pulsar_storage_backlog_quota_limit_time{…,topic="…/kept"} -1
+    topics = _by_topic(tables.topics)
+    assert {t: (r["backlog_age_seconds"], r["backlog_quota_limit_bytes"],
+                r["backlog_quota_limit_seconds"]) for t, r in topics.items()} == {
+        KEPT: (3.0, 10485760.0, -1.0),
+        AGED: (3.0, -1.0, 2.0),
+    }
+    assert topics[KEPT]["msg_backlog"] == 40 and topics[AGED]["msg_backlog"] == 0
+
+
+def test_ages_and_limits_are_never_namespace_sums(tables) -> None:
+    for schema in (NAMESPACES, SOURCE_NAMESPACES):
+        assert not set(TOPIC_ONLY) & set(schema.names)
+    assert set(TOPIC_ONLY) <= set(TOPICS.names)
+    agg = merge([(URL, tables)], {})
+    assert _by_topic(agg.topics)[KEPT]["backlog_quota_limit_bytes"] == 10485760.0
+    namespaces = {r["namespace"]: r for r in agg.namespaces.to_pylist()}
+    assert namespaces["public/pip323-kept-2fef1917"]["msg_backlog"] == 40
+
+
+def _decider() -> Decider:
+    return Decider(parse({"cluster": "c", "sources": {"brokers": [{"url": URL}]}}, "t.yaml"))
+
+
+def test_the_engine_takes_the_brokers_age_for_the_slowest_subscription(tables) -> None:
+    agg = merge([(URL, tables)], {})
+    decisions = {d.topic: d for d in _decider().decide(agg, None, NOW).topics}
+    kept = decisions[KEPT]
+    assert (kept.holder, kept.backlog_messages) == ("stalled", 40)
+    assert kept.time_source is TimeSource.BROKER
+    assert kept.backlog_age_seconds == 3.0
+    # The aged topic's gauge is stale (it was measured before the eviction emptied the
+    # backlog): with nothing unacknowledged its age is 0.
+    assert decisions[AGED].backlog_age_seconds == 0.0 and decisions[AGED].holder is None
+
+
+def test_the_admin_rests_precise_age_still_wins(tables) -> None:
+    agg = merge([(URL, tables)], {})
+    admin = AdminSnapshot(NOW - 1, (TopicStats(
+        KEPT, 9400, 40, 9400, 7.5, "stalled",
+        (SubscriptionStats("stalled", 40, 9400, 0, 0, "Shared"),)),), ())
+    decisions = {d.topic: d for d in _decider().decide(agg, admin, NOW).topics}
+    assert decisions[KEPT].time_source is TimeSource.PRECISE
+    assert decisions[KEPT].backlog_age_seconds == pytest.approx(8.5)
+
+
+def test_a_broker_without_pip323_keeps_our_estimate() -> None:
+    without = b"\n".join(line for line in BODY.splitlines()
+                         if not line.startswith(b"pulsar_storage_backlog_age_seconds"))
+    agg = merge([(URL, source_tables([parse_text(without)]))], {})
+    assert _by_topic(agg.topics)[KEPT]["backlog_age_seconds"] is None
+    decider = _decider()
+    first = {d.topic: d for d in decider.decide(agg, None, NOW).topics}[KEPT]
+    assert first.backlog_age_seconds is None  # one point of the age table: unknown yet
+    kept = {d.topic: d for d in decider.decide(agg, None, NOW + 10).topics}[KEPT]
+    assert kept.time_source is TimeSource.LOWER_BOUND  # older than the table's first point
+    assert kept.backlog_age_seconds == 10.0
+
+
+def test_an_unmeasured_broker_age_is_not_an_age(tables) -> None:
+    """The broker prints -1 until its backlog-quota check has measured a topic."""
+    unmeasured = BODY.replace(
+        f'topic="{KEPT}"}} 3'.encode(), f'topic="{KEPT}"}} -1'.encode())
+    assert unmeasured != BODY
+    agg = merge([(URL, source_tables([parse_text(unmeasured)]))], {})
+    kept = {d.topic: d for d in _decider().decide(agg, None, NOW).topics}[KEPT]
+    assert kept.time_source is None and kept.backlog_age_seconds is None  # not "-1 s old"
