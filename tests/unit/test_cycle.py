@@ -166,3 +166,11 @@ def test_publish_renders_the_body_and_status_once_per_cycle(enforce):
     # publish is timed around the render itself, so it shows from the next cycle on
     assert set(report.status["stage_seconds"]) == {"collect", "pipeline", "engine", "actions"}
     assert report.status["cluster"] == "unit"
+
+
+def test_status_says_where_each_limit_came_from():
+    exporter, _, _ = exporter_for([body(10)], enforce=False)
+    (topic,) = exporter.cycle().status["topics"]
+    assert topic["quota_source"] == "namespace"
+    assert topic["limit_sources"] == {"size": "config:namespace", "time": "config:namespace"}
+    assert (topic["limit_size_bytes"], topic["limit_time_seconds"]) == (20000, None)
