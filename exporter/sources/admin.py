@@ -306,8 +306,9 @@ class AdminScraper:
             namespaces = walk.namespaces(tenants)
             topics = walk.topics(namespaces)
             bundles = walk.bundles(namespaces)
+            listed = not walk.errors  # before the policy reads add theirs
             quotas = self._policies.read(walk.each, http.get_json, namespaces,
-                                         walk.topic_names, self._clock()) \
+                                         walk.topic_names, self._clock(), complete=listed) \
                 if self._policies else None
         snapshot = AdminSnapshot(self._clock(), tuple(topics), tuple(bundles), quotas)
         return AdminFetched(snapshot, tuple(walk.errors))

@@ -126,10 +126,12 @@ class PolicyCache:
         self._default: tuple[float, dict[QuotaType, TypedQuota]] | None = None
 
     def read(self, each: Each, get: Get, namespaces: Sequence[str], topics: Sequence[str],
-             now: float) -> PulsarQuotas:
+             now: float, *, complete: bool = True) -> PulsarQuotas:
         """`namespaces` and `topics` (partitioned topics by their own name, not their
         partitions') as the walk listed them; `each` runs a function over items, leaving
-        out (and recording) those that failed; `get` is one JSON GET."""
+        out (and recording) those that failed; `get` is one JSON GET. Entries of what was
+        not listed are forgotten only after a `complete` listing (a failed one is no
+        deletion)."""
         def due(at: float | None) -> bool:
             return at is None or now - at >= self.refresh_seconds
 
@@ -145,9 +147,10 @@ class PolicyCache:
         read = dict(each(lambda t: (t, self._topic(get, t)), wanted))
         for topic in wanted:  # a failed read keeps the old entries until the next refresh
             self._topics[topic] = read.get(topic, self._topics.get(topic, {}))
-        listed_ns, listed_topics = set(namespaces), set(topics)
-        self._namespaces = {k: v for k, v in self._namespaces.items() if k in listed_ns}
-        self._topics = {k: v for k, v in self._topics.items() if k in listed_topics}
+        if complete:
+            listed_ns, listed_topics = set(namespaces), set(topics)
+            self._namespaces = {k: v for k, v in self._namespaces.items() if k in listed_ns}
+            self._topics = {k: v for k, v in self._topics.items() if k in listed_topics}
         return self.snapshot()
 
     @staticmethod

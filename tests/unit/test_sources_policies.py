@@ -167,3 +167,13 @@ def test_without_a_cache_no_policy_is_read(replay: AdminReplayServer) -> None:
     outcome = AdminScraper(AdminSource(url=replay.url, timeout=2.0)).fetch()
     assert isinstance(outcome, AdminFetched) and outcome.snapshot.quotas is None
     assert _quota_paths(replay) == []
+
+
+def test_a_failed_listing_forgets_nothing() -> None:
+    def get(path: str) -> object:
+        return RUNTIME if path == RUNTIME_PATH else NAMESPACE_MAP
+
+    cache = PolicyCache(refresh_seconds=60)
+    cache.read(each, get, ["a/b"], [], 0.0)
+    assert set(cache.read(each, get, [], [], 100.0, complete=False).namespaces) == {"a/b"}
+    assert cache.read(each, get, [], [], 200.0).namespaces == {}
