@@ -10,9 +10,10 @@ at its namespace's next refresh (topic).
 Endpoints (Pulsar's `admin/v2` resources, `BacklogQuota` JSON):
   GET /admin/v2/namespaces/{t}/{ns}/backlogQuotaMap       → {"destination_storage": {...},
                                                              "message_age": {...}}, {} if none
-  GET /admin/v2/persistent/{t}/{ns}/{topic}/backlogQuotaMap → the topic-level entries only
-      (`applied=false`, the default: `applied=true` answers the first level holding any
-      entry, whole, not per type as the broker resolves it)
+  GET /admin/v2/persistent/{t}/{ns}/{topic}/backlogQuotaMap → the topic-level entries only,
+      {} if none (`applied=false`, the default). On 4.0.8 `applied=true` resolves per type
+      only for a topic without entries; for one with any it answers the topic's map whole,
+      leaving out the namespace's entries the broker does apply to the other type.
   GET /admin/v2/brokers/configuration/runtime              → every broker setting, as strings
 A partitioned topic's policies are read on the partitioned topic's name; they apply to each
 partition (`TopicName.getPartitionedTopicName`). A 405 (topic-level policies disabled,
@@ -60,10 +61,11 @@ def _limit(entry: Mapping, keys: Sequence[str], where: str) -> float:
 
 
 def quota_map_from_json(doc: object, where: str) -> dict[QuotaType, TypedQuota]:
-    """A `backlogQuotaMap` answer → per-type entries. A left-out limit reads back as 0 in
-    the other type's field (`message_age` entries carry `limitSize: 0`): only
-    `destination_storage`'s `limitSize` (or the deprecated `limit`) and `message_age`'s
-    `limitTime` are read. Types we do not know are ignored."""
+    """A `backlogQuotaMap` answer → per-type entries. A left-out limit reads back as 0
+    (`message_age` entries carry `limitSize: 0`): only `destination_storage`'s `limitSize`
+    (or the deprecated `limit`) and `message_age`'s `limitTime` are read. A size entry
+    posted without `limitSize` thus has a limit of 0, which the 4.0.8 broker applies too
+    (its `pulsar_storage_backlog_quota_limit` shows 0). Types we do not know are ignored."""
     if not isinstance(doc, Mapping):
         raise FetchFailure(ScrapeError.MALFORMED, f"{where}: expected a JSON object")
     out = {}

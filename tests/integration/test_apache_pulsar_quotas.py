@@ -1,0 +1,233 @@
+"""Pulsar's own backlog quotas and PIP-323 metrics, against a real Apache Pulsar 4.0.8
+standalone broker (tests/harness/apache_pulsar.py): our per-type resolution of Pulsar's
+policies equals the limits the broker itself applies (its PIP-323 gauges), the exporter's
+published backlog age agrees with the broker's, and the broker's eviction "gauge" beside
+our eviction counter.
+
+One check cycle runs without Spark: the broker side fetches the broker's /metrics body and
+parses it with the pipeline's own parse (`source_tables`), the rest is `Exporter.cycle`.
+Every test works in its own namespaces.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from exporter.app import Exporter
+from exporter.config import AdminSource, BacklogQuotas, BacklogQuotaSource, parse
+from exporter.engine.quotas import QuotaType, resolve
+from exporter.pipeline.parse import parse_text
+from exporter.pipeline.tables import BrokerData, source_tables
+from exporter.sources.admin import AdminFetched, AdminScraper
+from exporter.sources.brokers import HealthLedger
+from exporter.sources.model import SourceKind
+from exporter.sources.policies import PolicyCache
+from tests.harness.apache_pulsar import ApachePulsar, poll
+from tests.harness.pulsar import Metrics
+
+PAYLOAD = 200
+CHECK_INTERVAL = 2.0  # the harness's backlogQuotaCheckIntervalInSeconds
+LIMIT = "pulsar_storage_backlog_quota_limit"
+LIMIT_TIME = "pulsar_storage_backlog_quota_limit_time"
+AGE = "pulsar_storage_backlog_age_seconds"
+EVICTIONS = "pulsar_storage_backlog_quota_exceeded_evictions_total"
+
+
+def _topic(namespace: str, name: str) -> str:
+    return f"persistent://{namespace}/{name}"
+
+
+def _rest(topic: str) -> str:
+    return topic.replace("persistent://", "/admin/v2/persistent/", 1)
+
+
+def _set_quota(broker: ApachePulsar, base: str, kind: str, quota: dict) -> None:
+    broker.admin("POST", f"{base}/backlogQuota?backlogQuotaType={kind}", quota)
+
+
+class LiveBrokers:
+    """The broker side of a cycle: the real broker's /metrics, parsed as a Spark task
+    would parse it."""
+
+    def __init__(self, broker: ApachePulsar):
+        self.broker = broker
+        self.ledger = HealthLedger(broker.metrics_url, SourceKind.BROKER)
+        self.last_body = ""
+
+    def run(self) -> BrokerData:
+        self.last_body = self.broker.metrics_text()
+        tables = source_tables([parse_text(self.last_body.encode())])
+        self.ledger.record(up=True, at=time.time())
+        return BrokerData(((self.broker.metrics_url, tables),), (self.ledger.health(),),
+                          {self.broker.metrics_url: tables.malformed})
+
+
+def _exporter(broker: ApachePulsar, quotas: dict, *, admin: bool = True) -> tuple[
+        Exporter, LiveBrokers]:
+    sources: dict = {"brokers": [{"url": broker.metrics_url}],
+                     "service_url": broker.service_url}
+    if admin:
+        sources["admin"] = {"url": broker.web_url}
+    config = parse({"cluster": broker.cluster, "check_interval": "2s", "sources": sources,
+                    "backlog_quotas": quotas}, "quotas.yaml")
+    live = LiveBrokers(broker)
+    return Exporter(config, brokers=live), live
+
+
+# --- Pulsar's policies, resolved per type ---------------------------------------------------
+
+
+def test_pulsar_quotas_resolve_per_type_as_the_broker_applies_them(
+        apache_pulsar: ApachePulsar) -> None:
+    """The namespace sets only a time quota, one topic only a size quota: the broker applies
+    both to that topic (its PIP-323 gauges), and so does our resolution; another topic has
+    the namespace's time quota and the broker default's (unlimited) size. A size entry
+    posted without `limitSize` reads back 0, and the broker applies 0: so do we."""
+    namespace = apache_pulsar.create_namespace("per-type")
+    both, other, zero = (_topic(namespace, n) for n in ("both", "other", "zero"))
+    for topic in (both, other, zero):
+        apache_pulsar.create_subscription(topic, "stalled")
+        apache_pulsar.produce(topic, 5, PAYLOAD)
+    _set_quota(apache_pulsar, f"/admin/v2/namespaces/{namespace}", "message_age",
+               {"limitTime": 3600, "policy": "consumer_backlog_eviction"})
+    size = 4 * 1024 * 1024
+    _set_quota(apache_pulsar, _rest(both), "destination_storage",
+               {"limitSize": size, "policy": "producer_exception"})
+    _set_quota(apache_pulsar, _rest(zero), "destination_storage",
+               {"limitTime": 50, "policy": "producer_exception"})
+
+    metrics = poll(lambda: (m := apache_pulsar.metrics()) and m.value(LIMIT, topic=both) == size
+                   and m.value(LIMIT, topic=zero) == 0 and m.value(LIMIT_TIME, topic=other)
+                   == 3600 and m,
+                   "the broker applies the topics' size and the namespace's time quota")
+    topics = (both, other, zero)
+    broker = {t: (metrics.value(LIMIT, topic=t), metrics.value(LIMIT_TIME, topic=t))
+              for t in topics}
+    assert broker == {both: (size, 3600), other: (-1, 3600), zero: (0, 3600)}
+
+    # What 4.0.8 answers: the topic's own entries (applied=false, {} when it has none).
+    # applied=true resolves per type only for a topic without entries; for one with any it
+    # gives the topic's map whole, without the namespace's time quota the broker applies.
+    # Hence applied=false and our own per-type resolution.
+    assert apache_pulsar.admin("GET", f"{_rest(both)}/backlogQuotaMap") == {
+        "destination_storage": {"limit": size, "limitSize": size, "limitTime": 0,
+                                "policy": "producer_exception"}}
+    applied = apache_pulsar.admin("GET", f"{_rest(both)}/backlogQuotaMap?applied=true")
+    assert set(applied) == {"destination_storage"}
+    assert apache_pulsar.admin("GET", f"{_rest(other)}/backlogQuotaMap") == {}
+    assert apache_pulsar.admin("GET", f"{_rest(other)}/backlogQuotaMap?applied=true")[
+        "message_age"]["limitTime"] == 3600
+
+    outcome = AdminScraper(AdminSource(url=apache_pulsar.web_url),
+                           policies=PolicyCache()).fetch()
+    assert isinstance(outcome, AdminFetched), outcome
+    pulsar = outcome.snapshot.quotas
+    assert pulsar is not None
+    ours = {}
+    for topic in topics:
+        r = resolve(topic, namespace, BacklogQuotas(source=BacklogQuotaSource.PULSAR), pulsar)
+        ours[topic] = (r.size.value if r.size.value is not None else -1,
+                       r.time.value if r.time.value is not None else -1)
+        assert r.limit(QuotaType.TIME).origin == "pulsar:namespace"
+    assert ours == broker
+    r = resolve(both, namespace, BacklogQuotas(source=BacklogQuotaSource.PULSAR), pulsar)
+    assert (r.size.origin, r.size.policy.value) == ("pulsar:topic", "producer_exception")
+    assert r.time.policy.value == "consumer_backlog_eviction"
+
+
+def test_check_reports_where_each_limit_came_from(apache_pulsar: ApachePulsar) -> None:
+    """Through a whole cycle with `source: both`: a topic the YAML names nowhere has
+    Pulsar's limits, one whose namespace the YAML names has the YAML's."""
+    pulsar_ns = apache_pulsar.create_namespace("from-pulsar")
+    yaml_ns = apache_pulsar.create_namespace("from-yaml")
+    _set_quota(apache_pulsar, f"/admin/v2/namespaces/{pulsar_ns}", "message_age",
+               {"limitTime": 3600, "policy": "producer_request_hold"})
+    _set_quota(apache_pulsar, f"/admin/v2/namespaces/{yaml_ns}", "message_age",
+               {"limitTime": 3600, "policy": "producer_request_hold"})
+    topics = {ns: _topic(ns, "t") for ns in (pulsar_ns, yaml_ns)}
+    for topic in topics.values():
+        apache_pulsar.create_subscription(topic, "stalled")
+        apache_pulsar.produce(topic, 5, PAYLOAD)
+    exporter, _ = _exporter(apache_pulsar, {"namespaces": {yaml_ns: {"limit_size": "1MiB"}}})
+    assert exporter.config.backlog_quotas.source is BacklogQuotaSource.BOTH
+    try:
+        status = {t["topic"]: t for t in exporter.cycle().status["topics"]}
+    finally:
+        exporter.close()
+    from_pulsar, from_yaml = status[topics[pulsar_ns]], status[topics[yaml_ns]]
+    assert from_pulsar["limit_sources"] == {"size": "pulsar:default", "time": "pulsar:namespace"}
+    assert (from_pulsar["limit_size_bytes"], from_pulsar["limit_time_seconds"]) == (None, 3600)
+    assert from_yaml["limit_sources"] == {"size": "config:namespace", "time": "config:namespace"}
+    assert (from_yaml["limit_size_bytes"], from_yaml["limit_time_seconds"]) == (1024 * 1024,
+                                                                                  None)
+
+
+# --- PIP-323 from the broker -----------------------------------------------------------------
+
+
+def test_published_backlog_age_agrees_with_the_brokers(apache_pulsar: ApachePulsar) -> None:
+    """A stalled subscription: the exporter's published age, from the broker's gauge
+    (no admin source) and from the admin REST (admin source), within the broker's check
+    interval of the broker's own gauge in the same cycle's body."""
+    namespace = apache_pulsar.create_namespace("age")
+    topic = _topic(namespace, "stalled")
+    apache_pulsar.create_subscription(topic, "stalled")
+    apache_pulsar.produce(topic, 10, PAYLOAD)
+    poll(lambda: (apache_pulsar.metrics().value(AGE, topic=topic) or 0) >= 3,
+         f"{topic}: the broker's backlog age is measured and past 3 s")
+    for admin in (False, True):
+        exporter, live = _exporter(apache_pulsar, {}, admin=admin)
+        try:
+            report = exporter.cycle()
+        finally:
+            exporter.close()
+        ours = Metrics(report.body.decode()).value(AGE, topic=topic)
+        theirs = Metrics(live.last_body).value(AGE, topic=topic)
+        estimated = Metrics(report.body.decode()).value(
+            "pulsar_storage_backlog_age_estimated", topic=topic)
+        print(f"admin={admin}: ours {ours} s, the broker's {theirs} s")
+        assert ours is not None and theirs is not None and theirs >= 3
+        assert abs(ours - theirs) <= CHECK_INTERVAL + 1  # + the broker's whole seconds
+        assert estimated == 0
+
+
+def _type_of(body: str, family: str) -> str | None:
+    found = re.search(rf"^# TYPE {family} (\S+)$", body, re.MULTILINE)
+    return found and found.group(1)
+
+
+def test_the_brokers_eviction_gauge_beside_our_counter(apache_pulsar: ApachePulsar) -> None:
+    """The broker evicts one topic by its own time quota; the exporter evicts another by a
+    YAML time quota Pulsar knows nothing of. Each counts only its own evictions, and on
+    4.0.8 the broker's family is typed gauge where ours is a counter."""
+    by_broker_ns = apache_pulsar.create_namespace("evicted-by-broker")
+    by_us_ns = apache_pulsar.create_namespace("evicted-by-us")
+    _set_quota(apache_pulsar, f"/admin/v2/namespaces/{by_broker_ns}", "message_age",
+               {"limitTime": 2, "policy": "consumer_backlog_eviction"})
+    by_broker, by_us = _topic(by_broker_ns, "t"), _topic(by_us_ns, "t")
+    for topic in (by_broker, by_us):
+        apache_pulsar.create_subscription(topic, "stalled")
+        apache_pulsar.produce(topic, 10, PAYLOAD)
+    poll(lambda: apache_pulsar.topic_stats(by_broker)["subscriptions"]["stalled"][
+        "msgBacklog"] == 0, f"{by_broker}: the broker evicted it by time")
+
+    exporter, live = _exporter(apache_pulsar, {
+        "topics": {by_us: {"limit_time": "2s", "policy": "consumer_backlog_eviction"}},
+        "enforce": True})
+    try:
+        report = poll(lambda: (r := exporter.cycle()) and (Metrics(r.body.decode()).value(
+            EVICTIONS, topic=by_us, quota_type="time") or 0) >= 1 and r,
+            f"{by_us}: the exporter evicts it by its YAML time quota", timeout=60)
+    finally:
+        exporter.close()
+    ours, theirs = Metrics(report.body.decode()), Metrics(live.last_body)
+    side_by_side = {t: (theirs.value(EVICTIONS, topic=t, quota_type="time"),
+                        ours.value(EVICTIONS, topic=t, quota_type="time"))
+                    for t in (by_broker, by_us)}
+    print("(broker's, ours):", side_by_side)
+    assert side_by_side[by_broker][0] >= 1 and side_by_side[by_broker][1] in (None, 0)
+    assert side_by_side[by_us][0] in (None, 0) and side_by_side[by_us][1] == 1
+    assert _type_of(live.last_body, EVICTIONS) == "gauge"
+    assert _type_of(report.body.decode(), EVICTIONS) == "counter"
+    assert apache_pulsar.topic_stats(by_us)["subscriptions"]["stalled"]["msgBacklog"] == 0
