@@ -100,9 +100,10 @@ class Decider:
                      broker_age: float | None = None) -> TopicBacklogState:
         """Each subscription's oldest publish time, best source first: the admin REST's
         `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's PIP-323
-        gauge `broker_age`, else our age table. The gauge is the slowest cursor's
-        (`ManagedLedger.getSlowestConsumer`, by mark-delete position), so it goes to the
-        subscription with the largest backlog; no estimate of another is older than it."""
+        gauge `broker_age`, else our age table. The gauge
+        (`PersistentTopic.getBestEffortOldestUnacknowledgedMessageAgeSeconds`) is the
+        slowest cursor's oldest position as of the last backlog-quota check, so it goes to
+        the subscription with the largest backlog; no estimate of another is older."""
         admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
         precise = (admin.oldest_backlog_message_subscription
                    if admin and admin.oldest_backlog_message_age_seconds is not None else None)
