@@ -113,10 +113,10 @@ def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, in
         t0 = time.perf_counter()
         data = scrape.run()
         t1 = time.perf_counter()
+        if not all(h.up for h in data.health):
+            raise RuntimeError({h.last_error_detail for h in data.health if not h.up})
         agg = merge(data.tables, {}, malformed=data.malformed)
         t2 = time.perf_counter()
-        if not all(h.up for h in data.health):
-            raise RuntimeError([h.last_error_detail for h in data.health if not h.up])
         topics = agg.topics.num_rows
         if i:  # the first run warms the plan's workers
             jobs.append(t1 - t0)
