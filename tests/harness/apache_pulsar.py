@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -41,19 +40,17 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-import pulsar
 import pytest
 
 from exporter.embedded import BrokerFailed, free_ports
 from tests.harness.apache_pulsar_install import VERSION, home, installed
 from tests.harness.pulsar import Metrics
+from tests.harness.workload import Workload
 
 __all__ = ["STANDALONE_OVERRIDES", "VERSION", "ApachePulsar", "ApachePulsarMissing",
            "BrokerFailed", "apache_pulsar_fixture", "poll"]
 
 T = TypeVar("T")
-_CLIENT_LOG = logging.getLogger("tests.harness.apache_pulsar.client")
-_CLIENT_LOG.setLevel(logging.WARNING)
 TRANSPORT = "org.apache.pulsar.broker.resourcegroup.ResourceUsageTopicTransportManager"
 STANDALONE_OVERRIDES: Mapping[str, str] = {
     "clusterName": "standalone",
@@ -85,9 +82,12 @@ class ApachePulsarMissing(FileNotFoundError):
     tests.harness.apache_pulsar_install`). Raised, never skipped over."""
 
 
-class ApachePulsar:
+class ApachePulsar(Workload):
     """One standalone broker working in `workdir` (its conf, log, data). Ports are picked
     at the first start; `stop()` kills the whole process group and leaves `workdir` alone."""
+
+    client_timeout = 30
+    consume_idle = 2.0
 
     def __init__(self, workdir: Path, *, pulsar_home: Path | None = None, heap: str = "1g",
                  direct_memory: str = "1g", resource_usage_transport: bool = True,
@@ -289,57 +289,6 @@ class ApachePulsar:
 
     def metrics(self) -> Metrics:
         return Metrics(self.metrics_text())
-
-    # --- workload over the official client ----------------------------------------------
-    @contextlib.contextmanager
-    def client(self) -> Iterator[pulsar.Client]:
-        client = pulsar.Client(self.service_url, operation_timeout_seconds=30, logger=_CLIENT_LOG)
-        try:
-            yield client
-        finally:
-            client.close()
-
-    def create_subscription(self, topic: str, subscription: str) -> None:
-        """Subscribe and close: a durable subscription with no consumer keeps a backlog."""
-        with self.client() as client:
-            client.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Shared,
-                             initial_position=pulsar.InitialPosition.Earliest).close()
-
-    @contextlib.contextmanager
-    def consumer(self, topic: str, subscription: str,
-                 kind: pulsar.ConsumerType = pulsar.ConsumerType.Exclusive,
-                 receiver_queue_size: int = 1) -> Iterator[pulsar.Consumer]:
-        """A connected consumer held open for the duration of the block."""
-        with self.client() as client:
-            consumer = client.subscribe(topic, subscription, consumer_type=kind,
-                                        receiver_queue_size=receiver_queue_size)
-            try:
-                yield consumer
-            finally:
-                consumer.close()
-
-    def consume_all(self, topic: str, subscription: str, idle: float = 2.0) -> int:
-        """Receive and acknowledge until nothing arrives for `idle` seconds; the count."""
-        done = 0
-        with self.consumer(topic, subscription, pulsar.ConsumerType.Shared, 100) as consumer:
-            while True:
-                try:
-                    message = consumer.receive(timeout_millis=int(idle * 1000))
-                except pulsar.Timeout:
-                    return done
-                consumer.acknowledge(message)
-                done += 1
-
-    def produce(self, topic: str, count: int, size: int = 100, *, start: int = 0) -> None:
-        """`count` messages of `size` bytes, one entry each (no batching: the broker's
-        backlog counts and sizes are then per message); each payload begins with its index."""
-        with self.client() as client:
-            producer = client.create_producer(topic, batching_enabled=False)
-            try:
-                for index in range(start, start + count):
-                    producer.send(str(index).encode().ljust(size, b"."))
-            finally:
-                producer.close()
 
 
 def poll(probe: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.5) -> T:

@@ -11,8 +11,6 @@ A missing binary raises `PulsarLiteMissing`; tests never skip for it.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
 import time
 import urllib.request
@@ -21,14 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import pulsar
 import pytest
 
 from exporter.embedded import BinaryMissing, BrokerFailed, EmbeddedBroker, find_binary, free_port
+from tests.harness.workload import Workload
 
 T = TypeVar("T")
-_CLIENT_LOG = logging.getLogger("tests.harness.pulsar.client")
-_CLIENT_LOG.setLevel(logging.WARNING)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -77,7 +73,7 @@ def split_topic(topic: str) -> tuple[str, str]:
     return f"{tenant}/{ns}", short
 
 
-class PulsarLite(EmbeddedBroker):
+class PulsarLite(Workload, EmbeddedBroker):
     """One broker process in `workdir`, not started until `start()` (or `with`); ports are
     picked at the first start and kept across restarts; `stop()` leaves `workdir` alone."""
 
@@ -88,68 +84,6 @@ class PulsarLite(EmbeddedBroker):
     @property
     def broker_port(self) -> int:
         return self.port
-
-    # --- workload over the official client ----------------------------------------------
-
-    @contextlib.contextmanager
-    def client(self) -> Iterator[pulsar.Client]:
-        client = pulsar.Client(self.service_url, operation_timeout_seconds=10, logger=_CLIENT_LOG)
-        try:
-            yield client
-        finally:
-            client.close()
-
-    def produce(self, topic: str, count: int, size: int = 100, *, start: int = 0) -> None:
-        """`count` messages of `size` bytes, sent one by one (no batching: one entry each);
-        each payload begins with its index (from `start`) so tests can tell them apart."""
-        with self.client() as client:
-            producer = client.create_producer(topic, batching_enabled=False)
-            try:
-                for index in range(start, start + count):
-                    producer.send(str(index).encode().ljust(size, b"."))
-            finally:
-                producer.close()
-
-    def create_subscription(self, topic: str, subscription: str) -> None:
-        """Subscribe then close: a durable subscription with no consumer keeps a backlog."""
-        self.touch_subscription(topic, subscription)
-
-    def touch_subscription(self, topic: str, subscription: str,
-                           kind: pulsar.ConsumerType = pulsar.ConsumerType.Shared) -> None:
-        """Attach and detach once (also makes a restarted broker load the subscription)."""
-        with self.client() as client:
-            client.subscribe(topic, subscription, consumer_type=kind,
-                             initial_position=pulsar.InitialPosition.Earliest).close()
-
-    @contextlib.contextmanager
-    def consumer(self, topic: str, subscription: str,
-                 kind: pulsar.ConsumerType = pulsar.ConsumerType.Exclusive,
-                 receiver_queue_size: int = 1) -> Iterator[pulsar.Consumer]:
-        """A connected consumer held open for the duration of the block."""
-        with self.client() as client:
-            consumer = client.subscribe(topic, subscription, consumer_type=kind,
-                                        receiver_queue_size=receiver_queue_size)
-            try:
-                yield consumer
-            finally:
-                consumer.close()
-
-    def consume_all(self, topic: str, subscription: str, idle: float = 1.0) -> int:
-        """Receive and acknowledge until nothing arrives for `idle` seconds; returns the count."""
-        done = 0
-        with self.client() as client:
-            consumer = client.subscribe(topic, subscription,
-                                        consumer_type=pulsar.ConsumerType.Shared)
-            try:
-                while True:
-                    try:
-                        message = consumer.receive(timeout_millis=int(idle * 1000))
-                    except pulsar.Timeout:
-                        return done
-                    consumer.acknowledge(message)
-                    done += 1
-            finally:
-                consumer.close()
 
     # --- /metrics -------------------------------------------------------------------------
 
