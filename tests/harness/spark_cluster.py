@@ -96,14 +96,21 @@ def start(workdir: Path, *, cores: int = 2, memory: str = "1g",
          "--port", str(port), "--webui-port", str(ui_port)],
         stdout=master_log.open("wb"), stderr=subprocess.STDOUT, env=env,
         start_new_session=True)
-    # The worker's /tmp is a fresh tmpfs in its own mount namespace: the driver's spool
-    # files, had there been any, are invisible to it and to the executors it starts.
-    script = (
-        "mount -t tmpfs -o size=512m tmpfs /tmp && mkdir -p /tmp/spark-worker && "
+    # The worker's /tmp is a fresh tmpfs in its own mount namespace: the driver's temporary
+    # files are invisible to it and to the executors it starts. A checkout that itself
+    # lives under /tmp (its venv is the workers' Python) is carried across through /mnt,
+    # which the private namespace may cover freely.
+    checkout = Path(sys.prefix).resolve().parent
+    keep = checkout.is_relative_to("/tmp")
+    script = " && ".join([
+        *([f'mount --bind "{checkout}" /mnt'] if keep else []),
+        "mount -t tmpfs -o size=512m tmpfs /tmp",
+        *([f'mkdir -p "{checkout}"', f'mount --bind /mnt "{checkout}"'] if keep else []),
+        "mkdir -p /tmp/spark-worker",
         f'exec "{spark_class}" org.apache.spark.deploy.worker.Worker --host 127.0.0.1 '
         f"--cores {cores} --memory {memory} --webui-port {worker_ui} "
-        f"--work-dir /tmp/spark-worker {master_url}"
-    )
+        f"--work-dir /tmp/spark-worker {master_url}",
+    ])
     worker = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
         stdout=worker_log.open("wb"), stderr=subprocess.STDOUT, env=env,
