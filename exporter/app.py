@@ -19,22 +19,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from exporter.actions.evict import (
+    EvictionFailed,
     EvictionOrder,
     Evictor,
-    Failed,
     Performed,
     Skipped,
     evictor_for,
 )
 from exporter.config import BacklogQuotaSource, Config
 from exporter.decide import Decider, Decisions
-from exporter.engine.usage import Rejected as EntryRejected
+from exporter.engine.usage import EntryRejected
 from exporter.exchange import UsageExchange, from_wire
 from exporter.exposition import render
 from exporter.pipeline.merge import empty, merge
 from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.publish import CycleFacts, Tallies, build
-from exporter.reload import ConfigFile, Rejected, Reloaded
+from exporter.reload import ConfigFile, Reloaded, ReloadRejected
 from exporter.server import PublishedState, build_server
 from exporter.sources.collector import SnapshotSource, SourceCollector
 from exporter.sources.model import Snapshot
@@ -139,7 +139,7 @@ class Exporter:
                         (o.topic, o.subscription))
                 log.info("evicted %s on %s (%s quota, %s)", o.subscription, o.topic,
                          o.quota_type, result.method.value)
-            elif isinstance(result, Failed | Skipped):
+            elif isinstance(result, EvictionFailed | Skipped):
                 self.tallies.eviction_failures[result.reason.value] += 1
                 log.warning("eviction of %s on %s not performed: %s (%s)", o.subscription,
                             o.topic, result.reason.value, result.detail)
@@ -310,7 +310,7 @@ class Exporter:
         if self.config_file is None:
             return
         outcome = self.config_file.poll()
-        if isinstance(outcome, Rejected):
+        if isinstance(outcome, ReloadRejected):
             self.tallies.reloads["failure"] += 1
         elif isinstance(outcome, Reloaded):
             self.tallies.reloads["success"] += 1

@@ -39,11 +39,11 @@ class Reloaded:
 
 
 @dataclass(frozen=True)
-class Rejected:
+class ReloadRejected:
     errors: tuple[str, ...]
 
 
-ReloadOutcome = Unchanged | Reloaded | Rejected
+ReloadOutcome = Unchanged | Reloaded | ReloadRejected
 
 
 def _digest(path: Path) -> str | None:
@@ -81,7 +81,7 @@ class ConfigFile:
         except ConfigError as e:
             for line in e.errors:
                 log.error("config reload rejected, keeping the running config: %s", line)
-            return Rejected(tuple(e.errors))
+            return ReloadRejected(tuple(e.errors))
         kept = {key: getattr(self.running, key) for key in RESTART_ONLY}
         needs_restart = tuple(k for k in RESTART_ONLY if getattr(loaded, k) != kept[k])
         # who we speak for is our identity towards peers: renaming needs a restart too

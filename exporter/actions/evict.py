@@ -152,13 +152,13 @@ class Skipped:
 
 
 @dataclass(frozen=True)
-class Failed:
+class EvictionFailed:
     order: EvictionOrder
     reason: EvictionFailure  # NOT_FOUND | TIMEOUT | BROKER_ERROR | OTHER
     detail: str
 
 
-EvictionResult = Performed | NothingToEvict | Skipped | Failed
+EvictionResult = Performed | NothingToEvict | Skipped | EvictionFailed
 
 
 class Evictor(Protocol):
@@ -297,7 +297,8 @@ class BinaryEvictor:
                 self._url, operation_timeout_seconds=max(1, math.ceil(self._timeout)),
                 connection_timeout_ms=int(self._timeout * 1000), logger=_CLIENT_LOG)
         except (ValueError, pulsar.PulsarException) as exc:
-            return tuple(Failed(o, EvictionFailure.OTHER, f"service_url: {exc}") for o in orders)
+            return tuple(EvictionFailed(o, EvictionFailure.OTHER, f"service_url: {exc}")
+                         for o in orders)
         try:
             return tuple(self._one(client, o, state(o.topic, o.subscription)) for o in orders)
         finally:
@@ -306,9 +307,9 @@ class BinaryEvictor:
     def _one(self, client: pulsar.Client, order: EvictionOrder,
              state: SubscriptionState) -> EvictionResult:
         if isinstance(state, Unreachable):
-            return Failed(order, state.reason, state.detail)
+            return EvictionFailed(order, state.reason, state.detail)
         if isinstance(state, Absent):
-            return Failed(order, EvictionFailure.NOT_FOUND, "no such topic or subscription")
+            return EvictionFailed(order, EvictionFailure.NOT_FOUND, "no such topic or subscription")
         shared = state.type == "Shared"
         if state.consumers and not shared:
             return Skipped(order, EvictionFailure.CONSUMER_CONNECTED,
@@ -321,7 +322,7 @@ class BinaryEvictor:
             reason, detail = _client_failure(exc)
             if reason is EvictionFailure.CONSUMER_CONNECTED:
                 return Skipped(order, reason, detail)
-            return Failed(order, reason, detail)
+            return EvictionFailed(order, reason, detail)
 
     @contextmanager
     def _attached(self, client: pulsar.Client, order: EvictionOrder,
@@ -481,7 +482,8 @@ class AdminEvictor:
             stats = json.loads(self._call("GET", f"{base}/stats?getEarliestTimeInBacklog=true"))
             sub = (stats.get("subscriptions") or {}).get(order.subscription)
             if not isinstance(sub, dict):
-                return Failed(order, EvictionFailure.NOT_FOUND, "subscription not in topic stats")
+                return EvictionFailed(order, EvictionFailure.NOT_FOUND,
+                                      "subscription not in topic stats")
             consumers, kind = len(sub.get("consumers") or ()), sub.get("type")
             if consumers and kind != "Shared":
                 return Skipped(order, EvictionFailure.CONSUMER_CONNECTED,
@@ -505,9 +507,9 @@ class AdminEvictor:
             self._call("POST", f"{sub_url}/resetcursor/{cut}")
             return Performed(order, EvictionMethod.ADMIN_RESET_CURSOR, None, Completion.CONFIRMED)
         except _AdminError as exc:
-            return Failed(order, exc.reason, exc.detail)
+            return EvictionFailed(order, exc.reason, exc.detail)
         except (ValueError, TypeError, AttributeError) as exc:
-            return Failed(order, EvictionFailure.OTHER, f"unexpected stats document: {exc}")
+            return EvictionFailed(order, EvictionFailure.OTHER, f"unexpected stats document: {exc}")
 
 
 class Unconfigured:

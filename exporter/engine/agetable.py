@@ -80,7 +80,7 @@ class Collapsed:
 
 
 @dataclass(frozen=True)
-class Reset:
+class TableReset:
     """The counter went down (broker restart): the table now holds only this point."""
 
     previous: int
@@ -94,7 +94,7 @@ class OutOfOrder:
     newest_time: float
 
 
-Observation = Inserted | Collapsed | Reset | OutOfOrder
+Observation = Inserted | Collapsed | TableReset | OutOfOrder
 
 
 # --- estimate() outcomes ------------------------------------------------------------------
@@ -217,7 +217,7 @@ class AgeTables:
         newest = table.counts[-1]
         if published_total < newest:
             table.times, table.counts = [t], [published_total]
-            return Reset(newest, published_total)
+            return TableReset(newest, published_total)
         if len(table.counts) >= 2 and table.counts[-2] == newest == published_total:
             table.times[-1] = t
             return Collapsed(table.times[-2], published_total)

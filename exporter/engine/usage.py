@@ -82,11 +82,11 @@ class Dropped:
 
 
 @dataclass(frozen=True)
-class Rejected:
+class EntryRejected:
     reason: RejectReason
 
 
-AcceptOutcome = Accepted | Dropped | Rejected
+AcceptOutcome = Accepted | Dropped | EntryRejected
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class UsageMap:
         """Store (replace) the participant's report, drop it on a goodbye, or reject it."""
         reason = _validate(report)
         if reason is not None:
-            return Rejected(reason)
+            return EntryRejected(reason)
         group = (report.resource_group, report.monitoring_class)
         members = self._groups.get(group, {})
         held = members.get(report.participant)
@@ -266,7 +266,7 @@ class Ignored:
 
 
 @dataclass(frozen=True)
-class Reset:
+class CounterReset:
     """A counter went down (broker restart, topic unloaded and reloaded): no usage this
     round, and the new value becomes the baseline. Pulsar keeps the old baseline instead,
     so it sees no usage until the counter climbs past its pre-reset value."""
@@ -274,7 +274,7 @@ class Reset:
     total: Usage
 
 
-CounterOutcome = Baseline | Increment | Ignored | Reset
+CounterOutcome = Baseline | Increment | Ignored | CounterReset
 
 
 class UsageCounter:
@@ -296,7 +296,7 @@ class UsageCounter:
         diff = Usage(total.bytes - last.bytes, total.messages - last.messages)
         if diff.bytes < 0 or diff.messages < 0:
             self._last[key] = total
-            return Reset(total)
+            return CounterReset(total)
         if diff.bytes == 0 or diff.messages == 0:
             return Ignored(diff)
         self._last[key] = total

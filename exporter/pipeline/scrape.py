@@ -30,7 +30,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 from exporter.config import BrokerSource
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
-from exporter.sources.brokers import Failed, HealthLedger, classify, stream, whole_lines
+from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream, whole_lines
 from exporter.sources.model import ScrapeError, SourceKind
 
 # A body is parsed in pieces of this size as it streams in: memory stays bounded by the
@@ -172,7 +172,7 @@ class BrokerScrape:
             "up": False, "reason": ScrapeError.OTHER.value,
             "detail": job_failure or "no result from its task"}
         if not status["up"]:
-            failure = Failed(ScrapeError(status["reason"]), status["detail"])
+            failure = FetchFailed(ScrapeError(status["reason"]), status["detail"])
             ledger.record(up=False, at=self._clock(), errors=(failure,))
             return None
         self._last_good[source.url] = SourceTables(

@@ -53,7 +53,7 @@ from exporter.sources.adminjson import (
     subscription_from_json,
     topic_stats_from_json,
 )
-from exporter.sources.brokers import Failed, FetchFailure, HealthLedger, classify
+from exporter.sources.brokers import FetchFailed, FetchFailure, HealthLedger, classify
 from exporter.sources.model import (
     AdminSnapshot,
     BundleOwnership,
@@ -163,10 +163,10 @@ class AdminFetched:
     """The walk ran; `item_errors` lists what was left out of `snapshot` and why."""
 
     snapshot: AdminSnapshot
-    item_errors: tuple[Failed, ...]
+    item_errors: tuple[FetchFailed, ...]
 
 
-AdminOutcome = AdminFetched | Failed
+AdminOutcome = AdminFetched | FetchFailed
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class AdminScrape:
     outcome: AdminOutcome
 
 
-def _attempt(fn: Callable[[A], T], item: A) -> T | Failed:
+def _attempt(fn: Callable[[A], T], item: A) -> T | FetchFailed:
     try:
         return fn(item)
     except Exception as exc:
@@ -190,13 +190,13 @@ class _Walk:
     def __init__(self, http: _Http, pool: ThreadPoolExecutor):
         self.http = http
         self.pool = pool
-        self.errors: list[Failed] = []
+        self.errors: list[FetchFailed] = []
         self.topic_names: list[str] = []
 
     def each(self, fn: Callable[[A], T], items: Sequence[A]) -> list[T]:
         results = list(self.pool.map(lambda item: _attempt(fn, item), items))
-        self.errors.extend(r for r in results if isinstance(r, Failed))
-        return [r for r in results if not isinstance(r, Failed)]
+        self.errors.extend(r for r in results if isinstance(r, FetchFailed))
+        return [r for r in results if not isinstance(r, FetchFailed)]
 
     def listing(self, path: str, where: str) -> list[str]:
         return strings_of(self.http.get_json(path), where)

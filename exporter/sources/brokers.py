@@ -37,7 +37,7 @@ _ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"  # classic text format, like 
 
 
 @dataclass(frozen=True)
-class Failed:
+class FetchFailed:
     """One classified failure: of a whole fetch, or of one item (a topic) within it."""
 
     reason: ScrapeError
@@ -49,7 +49,7 @@ class FetchFailure(Exception):
 
     def __init__(self, reason: ScrapeError, detail: str):
         super().__init__(detail)
-        self.failure = Failed(reason, detail)
+        self.failure = FetchFailed(reason, detail)
 
 
 def status_reason(status: int) -> ScrapeError:
@@ -57,27 +57,27 @@ def status_reason(status: int) -> ScrapeError:
     return ScrapeError.AUTH if status in (401, 403) else ScrapeError.HTTP_ERROR
 
 
-def classify(exc: BaseException) -> Failed:
+def classify(exc: BaseException) -> FetchFailed:
     """Map whatever a fetch raised to a reason; the order matters (SSL and timeout errors
     are OSErrors too, and urllib wraps the real cause in `URLError.reason`)."""
     if isinstance(exc, FetchFailure):
         return exc.failure
     if isinstance(exc, urllib.error.HTTPError):
-        return Failed(status_reason(exc.code), f"HTTP {exc.code} {exc.reason}")
+        return FetchFailed(status_reason(exc.code), f"HTTP {exc.code} {exc.reason}")
     if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
         return classify(exc.reason)
     detail = _one_line(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, ConnectionRefusedError):
-        return Failed(ScrapeError.REFUSED, detail)
+        return FetchFailed(ScrapeError.REFUSED, detail)
     if isinstance(exc, TimeoutError):
-        return Failed(ScrapeError.TIMEOUT, detail)
+        return FetchFailed(ScrapeError.TIMEOUT, detail)
     if isinstance(exc, ssl.SSLError | ssl.CertificateError):
-        return Failed(ScrapeError.TLS, detail)
+        return FetchFailed(ScrapeError.TLS, detail)
     if isinstance(exc, http.client.IncompleteRead):
-        return Failed(ScrapeError.MALFORMED, f"truncated body: {detail}")
+        return FetchFailed(ScrapeError.MALFORMED, f"truncated body: {detail}")
     if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | zlib.error):
-        return Failed(ScrapeError.MALFORMED, detail)
-    return Failed(ScrapeError.OTHER, detail)
+        return FetchFailed(ScrapeError.MALFORMED, detail)
+    return FetchFailed(ScrapeError.OTHER, detail)
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -100,9 +100,9 @@ class HealthLedger:
         self._counts = dict.fromkeys(ScrapeError, 0)
         self._up = False
         self._last_success: float | None = None
-        self._last: Failed | None = None
+        self._last: FetchFailed | None = None
 
-    def record(self, *, up: bool, at: float, errors: Iterable[Failed] = ()) -> None:
+    def record(self, *, up: bool, at: float, errors: Iterable[FetchFailed] = ()) -> None:
         errors = tuple(errors)
         for failure in errors:
             self._counts[failure.reason] += 1

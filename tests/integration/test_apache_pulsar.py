@@ -21,10 +21,10 @@ import pytest
 
 from exporter.actions.evict import (
     AdminEvictor,
+    EvictionFailed,
     EvictionFailure,
     EvictionMethod,
     EvictionOrder,
-    Failed,
     NothingToEvict,
     Performed,
     Skipped,
@@ -325,8 +325,8 @@ def test_admin_evictor_counts_what_it_could_not_do_by_reason(
         poll(lambda: _sub(apache_pulsar, topic, "connected")["consumers"],
              "the exclusive consumer is listed in the topic stats")
         results = AdminEvictor(_source(apache_pulsar)).perform(orders)
-    assert [type(r) for r in results] == [Failed, Failed, Skipped, Failed]
-    by_reason = Counter(r.reason.value for r in results if isinstance(r, Failed | Skipped))
+    assert [type(r) for r in results] == [EvictionFailed, EvictionFailed, Skipped, EvictionFailed]
+    by_reason = Counter(r.reason.value for r in results if isinstance(r, EvictionFailed | Skipped))
     assert by_reason == {EvictionFailure.NOT_FOUND.value: 3,
                          EvictionFailure.CONSUMER_CONNECTED.value: 1}
     assert set(by_reason) <= set(EVICTION_FAILURE_REASONS)

@@ -21,10 +21,10 @@ from exporter.actions.evict import (
     AdminEvictor,
     BinaryEvictor,
     Completion,
+    EvictionFailed,
     EvictionFailure,
     EvictionMethod,
     EvictionOrder,
-    Failed,
     MetricsProbe,
     NothingToEvict,
     Performed,
@@ -137,7 +137,8 @@ def test_missing_topic_fails_not_found_and_is_not_created(pulsar_lite: PulsarLit
         EvictionOrder(missing, "sub", "size", messages=5),
         EvictionOrder(workload.topic, "no-such-subscription", "size", messages=5)])
     assert time.monotonic() - started < 2
-    assert [(type(r), r.reason) for r in results] == [(Failed, EvictionFailure.NOT_FOUND)] * 2
+    assert [(type(r), r.reason) for r in results] == [
+        (EvictionFailed, EvictionFailure.NOT_FOUND)] * 2
     # After a refresh that happened later than the attempt, neither was created.
     marker = f"persistent://public/default/marker-{uuid.uuid4().hex[:8]}"
     pulsar_lite.produce(marker, 1)
@@ -154,7 +155,7 @@ def test_broker_down_fails_quickly(tmp_path: Path) -> None:
     started = time.monotonic()
     (result,) = _evictor(down).perform([order])
     assert time.monotonic() - started < 3
-    assert (type(result), result.reason) == (Failed, EvictionFailure.BROKER_ERROR)
+    assert (type(result), result.reason) == (EvictionFailed, EvictionFailure.BROKER_ERROR)
 
 
 def test_probe_reads_the_real_consumer_counts(pulsar_lite: PulsarLite, workload: Workload) -> None:
@@ -321,8 +322,8 @@ def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminRecorder) 
 
 
 @pytest.mark.parametrize(("stats", "order_kwargs", "expected"), [
-    (None, {"messages": 5}, (Failed, EvictionFailure.NOT_FOUND)),
-    (_stats("other"), {"messages": 5}, (Failed, EvictionFailure.NOT_FOUND)),
+    (None, {"messages": 5}, (EvictionFailed, EvictionFailure.NOT_FOUND)),
+    (_stats("other"), {"messages": 5}, (EvictionFailed, EvictionFailure.NOT_FOUND)),
     (_stats("s", kind="Exclusive", consumers=1), {"messages": 5},
      (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
     (_stats("s", kind="Failover", consumers=2), {"before_publish_time": 2e9},
@@ -332,7 +333,7 @@ def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminRecorder) 
     (_stats("s", backlog=0), {"messages": 5}, (NothingToEvict, None)),
     (_stats("s", earliest=1_700_000_000_000), {"before_publish_time": 1_700_000_000.0},
      (NothingToEvict, None)),
-    ({"subscriptions": "garbage"}, {"messages": 5}, (Failed, EvictionFailure.OTHER)),
+    ({"subscriptions": "garbage"}, {"messages": 5}, (EvictionFailed, EvictionFailure.OTHER)),
 ])
 def test_admin_decides_before_posting(recorder: AdminRecorder, stats: dict | None,
                                       order_kwargs: dict, expected: tuple) -> None:
@@ -354,7 +355,7 @@ def test_admin_post_errors_map_to_reasons(recorder: AdminRecorder, status: int,
                     {"reason": "Unable to find position for timestamp specified"})
     order = EvictionOrder(TOPIC, "s", "time", before_publish_time=2e9)
     (result,) = AdminEvictor(AdminSource(recorder.url)).perform([order])
-    assert (type(result), result.reason) == (Failed, reason)
+    assert (type(result), result.reason) == (EvictionFailed, reason)
 
 
 def test_admin_timeout_and_refusal_are_quick(recorder: AdminRecorder) -> None:
@@ -364,13 +365,13 @@ def test_admin_timeout_and_refusal_are_quick(recorder: AdminRecorder) -> None:
     (slow,) = AdminEvictor(AdminSource(recorder.url, timeout=0.3)).perform([order])
     (refused,) = AdminEvictor(AdminSource("http://127.0.0.1:9", timeout=0.3)).perform([order])
     assert time.monotonic() - started < 1.5
-    assert (type(slow), slow.reason) == (Failed, EvictionFailure.TIMEOUT)
-    assert (type(refused), refused.reason) == (Failed, EvictionFailure.BROKER_ERROR)
+    assert (type(slow), slow.reason) == (EvictionFailed, EvictionFailure.TIMEOUT)
+    assert (type(refused), refused.reason) == (EvictionFailed, EvictionFailure.BROKER_ERROR)
 
 
 def test_admin_missing_token_file_is_other(recorder: AdminRecorder, tmp_path: Path) -> None:
     order = EvictionOrder(TOPIC, "s", "size", messages=1)
     source = AdminSource(recorder.url, token_file=str(tmp_path / "absent"))
     (result,) = AdminEvictor(source).perform([order])
-    assert (type(result), result.reason) == (Failed, EvictionFailure.OTHER)
+    assert (type(result), result.reason) == (EvictionFailed, EvictionFailure.OTHER)
     assert recorder.requests == []

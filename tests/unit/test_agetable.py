@@ -19,7 +19,7 @@ from exporter.engine.agetable import (
     NoPoints,
     OutOfOrder,
     Point,
-    Reset,
+    TableReset,
     topic_age,
 )
 
@@ -103,7 +103,7 @@ def test_idle_topic_ages_by_wall_time_and_its_table_stays_small() -> None:
 
 def test_counter_reset_rebases_the_table() -> None:
     tables = table((0.0, 0), (60.0, 600))
-    assert tables.observe(T, 120.0, 10) == Reset(previous=600, published=10)
+    assert tables.observe(T, 120.0, 10) == TableReset(previous=600, published=10)
     assert tables.points(T) == (Point(120.0, 10),)
     assert tables.estimate(T, 100, 10, now=120.0) == NoPoints()
     assert tables.observe(T, 180.0, 70) == Inserted()

@@ -16,7 +16,7 @@ from exporter.app import Exporter
 from exporter.config import parse
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
-from exporter.sources.brokers import Failed, HealthLedger
+from exporter.sources.brokers import FetchFailed, HealthLedger
 from exporter.sources.model import ScrapeError, Snapshot, SourceKind
 from tests.harness.pulsar import Metrics
 
@@ -46,7 +46,7 @@ class ScriptedBrokers:
         malformed = {}
         if text is None:
             self.ledger.record(up=False, at=0.0,
-                               errors=(Failed(ScrapeError.REFUSED, "connection refused"),))
+                               errors=(FetchFailed(ScrapeError.REFUSED, "connection refused"),))
         else:
             self.last = source_tables([parse_text(text.encode())])
             malformed = {URL: self.last.malformed}

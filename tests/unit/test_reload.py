@@ -6,7 +6,7 @@ import dataclasses
 import logging
 
 from exporter.config import load
-from exporter.reload import ConfigFile, Rejected, Reloaded, Unchanged
+from exporter.reload import ConfigFile, Reloaded, ReloadRejected, Unchanged
 
 BASE = """\
 cluster: c1
@@ -52,7 +52,7 @@ def test_an_invalid_file_is_rejected_once_and_the_running_config_stays(tmp_path,
     write(f, BASE.replace("messages_per_second: 100", "messages_per_secnd: 100"))
     with caplog.at_level(logging.ERROR):
         outcome = watch.poll()
-    assert isinstance(outcome, Rejected)
+    assert isinstance(outcome, ReloadRejected)
     assert any("resource_groups.rg.publish.messages_per_secnd" in e for e in outcome.errors)
     assert "keeping the running config" in caplog.text
     assert watch.running is running
@@ -66,7 +66,7 @@ def test_a_vanished_file_is_rejected_and_the_running_config_stays(tmp_path):
     running = load(f)
     watch = ConfigFile(f, running)
     f.unlink()
-    assert isinstance(watch.poll(), Rejected)
+    assert isinstance(watch.poll(), ReloadRejected)
     assert watch.running is running
 
 

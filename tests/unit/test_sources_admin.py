@@ -26,7 +26,7 @@ from exporter.sources.admin import (
     partitioned_stats_from_json,
     topic_stats_from_json,
 )
-from exporter.sources.brokers import Failed, FetchFailure
+from exporter.sources.brokers import FetchFailed, FetchFailure
 from exporter.sources.model import ScrapeError, SourceKind
 from tests.harness.fixtures import FIXTURES
 from tests.replay.admin_replay import (
@@ -204,7 +204,7 @@ def test_wrong_token_is_auth_and_the_last_good_snapshot_stays(replay, scraper_fo
     good = scraper.scrape().snapshot
     token_file.write_text("stolen-token")  # read again at every fetch
     result = scraper.scrape()
-    assert isinstance(result.outcome, Failed) and result.outcome.reason is ScrapeError.AUTH
+    assert isinstance(result.outcome, FetchFailed) and result.outcome.reason is ScrapeError.AUTH
     assert result.snapshot is good
     assert not result.health.up and result.health.last_error is ScrapeError.AUTH
     assert counts(result.health)[ScrapeError.AUTH] == 1
@@ -233,7 +233,7 @@ def test_a_failed_walk_is_classified(fault, reason, replay, scraper_for):
     started = time.monotonic()
     result = scraper_for(replay.url, timeout=0.3).scrape()
     assert time.monotonic() - started < 1.5
-    assert isinstance(result.outcome, Failed) and result.outcome.reason is reason
+    assert isinstance(result.outcome, FetchFailed) and result.outcome.reason is reason
     assert not result.health.up and counts(result.health)[reason] == 1
     assert result.snapshot is None
 

@@ -14,15 +14,15 @@ from exporter.engine.usage import (
     UNKNOWN,
     Accepted,
     Baseline,
+    CounterReset,
     Dimension,
     Dropped,
+    EntryRejected,
     Expired,
     Fresh,
     Ignored,
     Increment,
-    Rejected,
     RejectReason,
-    Reset,
     Stale,
     Usage,
     UsageCounter,
@@ -72,7 +72,7 @@ def test_goodbye_must_carry_zero_usage():
     usage = UsageMap(stale_after=600)
     usage.accept(report("b1"), now=0)
     outcome = usage.accept(report("b1", messages=5, goodbye=True), now=1)
-    assert outcome == Rejected(RejectReason.GOODBYE_WITH_USAGE)
+    assert outcome == EntryRejected(RejectReason.GOODBYE_WITH_USAGE)
     assert isinstance(usage.lookup("rg", PUB, "b1", now=1), Fresh)
 
 
@@ -88,7 +88,7 @@ def test_goodbye_must_carry_zero_usage():
 )
 def test_malformed_reports_are_rejected_by_reason(bad, reason):
     usage = UsageMap(stale_after=600)
-    assert usage.accept(bad, now=0) == Rejected(reason)
+    assert usage.accept(bad, now=0) == EntryRejected(reason)
     assert len(usage) == 0
 
 
@@ -171,7 +171,7 @@ def test_zero_diff_is_ignored_and_carried_as_in_pulsar():
 def test_reset_gives_no_usage_and_rebases():
     counter = UsageCounter()
     counter.observe("t", Usage(10_000, 100))
-    assert counter.observe("t", Usage(300, 3)) == Reset(Usage(300, 3))
+    assert counter.observe("t", Usage(300, 3)) == CounterReset(Usage(300, 3))
     assert counter.observe("t", Usage(500, 5)) == Increment(Usage(200, 2))
 
 
@@ -231,7 +231,7 @@ def test_any_counters_never_give_negative_usage_and_resets_rebase(values):
         outcome = counter.observe("t", Usage(*value))
         went_down = value[0] < baseline[0] or value[1] < baseline[1]
         if went_down:
-            assert outcome == Reset(Usage(*value))
+            assert outcome == CounterReset(Usage(*value))
             baseline = value
         elif isinstance(outcome, Increment):
             assert outcome.usage == Usage(value[0] - baseline[0], value[1] - baseline[1])
