@@ -31,6 +31,19 @@ class Runbook:
     mitigate: str
 
 
+# What Pulsar 4.0.8 does, measured (tests/integration/test_apache_pulsar_producer_policies.py):
+# `BacklogQuotaManager` disconnects the producers at its next check, `ServerCnx.handleProducer`
+# then refuses them with a policy-specific server error.
+_BLOCKED = (
+    "from the broker's next quota check (`backlogQuotaCheckIntervalInSeconds`), if the quota "
+    "is the broker's own (a quota only in the exporter's YAML blocks nothing): the broker "
+    "disconnects them and refuses them until the backlog is back under the quota. "
+    "`producer_request_hold`: the client keeps reconnecting and holds their sends until its "
+    "send timeout (`pulsar.Timeout` in Python); a new producer fails with "
+    "`ProducerBlockedQuotaExceededError`. `producer_exception`: sends and new producers fail "
+    "at once with `ProducerBlockedQuotaExceededException`.")
+
+
 def _texts(t: Thresholds) -> dict[str, Runbook]:
     topic_stats = "`pulsar-admin topics stats <topic>` (per subscription: `msgBacklog`, " \
         "`backlogSize`, `msgRateOut`, consumers)"
@@ -46,13 +59,13 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
             "(`backlog_quotas` in the exporter's config and the broker's backlog quota).",
         ),
         "PulsarBacklogAgeOverQuota": Runbook(
-            impact="Producers of the topic are blocked now: `producer_request_hold` holds their "
-            "sends (they time out), `producer_exception` disconnects them with an error.",
+            impact=f"Producers of the topic are blocked now, {_BLOCKED}",
             diagnose=f"As for PulsarBacklogAgeNearQuota: {topic_stats}. Check whether the "
             "consumers are connected and acknowledging.",
             mitigate="Get the consumers going. To unblock producers at once, skip the oldest "
             "backlog of the slow subscription (`pulsar-admin topics skip` or `clear-backlog`) "
-            "knowing those messages are lost for it, or raise the quota.",
+            "knowing those messages are lost for it, or raise the quota; a connected producer "
+            "then resumes at its client's next reconnect.",
         ),
         "PulsarBacklogSizeNearQuota": Runbook(
             impact="None yet. At the size quota the topic's policy applies.",
@@ -63,10 +76,11 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
             "the bookies' disk).",
         ),
         "PulsarBacklogSizeOverQuota": Runbook(
-            impact="Producers of the topic are blocked now (held or failed, by policy).",
+            impact=f"Producers of the topic are blocked now, {_BLOCKED}",
             diagnose=f"{topic_stats}.",
             mitigate="As for PulsarBacklogAgeOverQuota: consumers first; skipping backlog or "
-            "raising the quota unblocks producers at once.",
+            "raising the quota unblocks producers at once (new ones; connected ones at their "
+            "client's next reconnect).",
         ),
         "PulsarBacklogEvictions": Runbook(
             impact="Slow subscriptions lose messages: the exporter moved their cursors past "
