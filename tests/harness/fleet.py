@@ -208,10 +208,10 @@ class Fleet:
         while time.monotonic() - t0 < timeout:
             if any(not m.alive() and not m.stopped for m in self.members.values()):
                 break
-            try:
+            try:  # a member between restarts, or not yet listing a peer: not yet
                 if predicate():
                     return time.monotonic() - t0
-            except (OSError, KeyError, TypeError):
+            except (OSError, KeyError):
                 pass
             time.sleep(0.5)
         tails = "\n".join(f"--- {m.name} ({'alive' if m.alive() else 'dead'}) ---\n"
