@@ -30,7 +30,7 @@ from exporter.config import BacklogQuotaSource, Config
 from exporter.decide import Decider, Decisions
 from exporter.engine.usage import EntryRejected
 from exporter.exchange import UsageExchange, from_wire
-from exporter.exposition import render
+from exporter.exposition import process_body, render
 from exporter.pipeline.merge import empty, merge
 from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.publish import CycleFacts, Tallies, build
@@ -225,6 +225,7 @@ class Exporter:
                 metrics = build(facts, decisions, snapshot.health, self.tallies,
                                 self.decider.participant)
             body = render(metrics, topic_level=self.config.exposition.topic_level)
+            body += process_body()
             status = view(self.config.cluster, now, decisions, snapshot.health, stages)
             degraded = tuple(f"source {h.source} down: {h.last_error_detail}"
                              for h in snapshot.health if not h.up)

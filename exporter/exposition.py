@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from itertools import product
 from types import MappingProxyType
 
+from prometheus_client import (
+    CollectorRegistry,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
 from exporter.catalogue import CATALOGUE, Metric, MetricType
 
 Labels = tuple[str, ...]
@@ -302,3 +309,16 @@ def render(metric_set: MetricSet, *, topic_level: bool) -> bytes:
         else:
             _render_samples(out, name, labels, series)
     return "".join(out).encode("utf-8")
+
+
+# The process's own metrics, as every Prometheus client library exports them (CPU, memory,
+# file descriptors, start time; python_info): prometheus-client's collectors, kept in a
+# registry of their own, since the rest of the body is rendered from the catalogue.
+_PROCESS = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=_PROCESS)
+PlatformCollector(registry=_PROCESS)
+
+
+def process_body() -> bytes:
+    """This process's `process_*` and `python_info` series, text format 0.0.4."""
+    return generate_latest(_PROCESS)

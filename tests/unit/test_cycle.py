@@ -174,3 +174,16 @@ def test_status_says_where_each_limit_came_from():
     assert topic["quota_source"] == "namespace"
     assert topic["limit_sources"] == {"size": "config:namespace", "time": "config:namespace"}
     assert (topic["limit_size_bytes"], topic["limit_time_seconds"]) == (20000, None)
+
+
+def test_the_body_parses_as_prometheus_text_and_carries_the_process_metrics():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    exporter, _, _ = exporter_for([body(10)], enforce=False)
+    report = exporter.cycle()
+    families = {f.name: f for f in text_string_to_metric_families(report.body.decode())}
+    # the catalogue's series and the process's own, in one body Prometheus can read
+    assert "pulsar_storage_backlog_quota_exceeded_evictions" in families  # counters lose _total
+    resident = families["process_resident_memory_bytes"].samples[0].value
+    assert resident > 10 * 2**20  # a Python process with pyarrow loaded
+    assert families["python_info"].samples[0].labels["implementation"] == "CPython"
