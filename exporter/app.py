@@ -31,7 +31,7 @@ from exporter.decide import Decider, Decisions
 from exporter.engine.usage import EntryRejected
 from exporter.exchange import UsageExchange, from_wire
 from exporter.exposition import process_body, render
-from exporter.pipeline.merge import empty, merge
+from exporter.pipeline.merge import merge
 from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.publish import CycleFacts, Tallies, build
 from exporter.reload import ConfigFile, Reloaded, ReloadRejected
@@ -104,8 +104,6 @@ class Exporter:
         return self._brokers
 
     def _aggregate(self, brokers: BrokerData, snapshot: Snapshot):
-        if not brokers.tables:
-            return empty(self.config.resource_groups)
         bundles = snapshot.admin.bundles if snapshot.admin is not None else ()
         return merge(brokers.tables, self.config.resource_groups, bundles,
                      malformed=brokers.malformed)

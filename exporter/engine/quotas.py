@@ -26,15 +26,13 @@ exactly as `config`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
 from exporter.config import BacklogQuota, BacklogQuotas, BacklogQuotaSource, RetentionPolicy
-
-_PARTITION = re.compile(r"-partition-[0-9]+$")
+from exporter.names import partitioned_parent
 
 
 class QuotaSource(StrEnum):
@@ -131,9 +129,9 @@ def configured(topic: str, namespace: str, quotas: BacklogQuotas,
     """The most specific YAML quota object, whole, and its level."""
     if topic in quotas.topics:
         return quotas.topics[topic], QuotaSource.TOPIC
-    base = _PARTITION.sub("", topic)
-    if base != topic and base in quotas.topics:
-        return quotas.topics[base], QuotaSource.TOPIC
+    parent = partitioned_parent(topic)
+    if parent in quotas.topics:
+        return quotas.topics[parent], QuotaSource.TOPIC
     if namespace in quotas.namespaces:
         return quotas.namespaces[namespace], QuotaSource.NAMESPACE
     return quotas.default, QuotaSource.DEFAULT
@@ -147,7 +145,7 @@ def _from_config(quota: BacklogQuota, level: QuotaSource) -> ResolvedQuota:
 
 def _pulsar_type(topic: str, namespace: str, kind: QuotaType, pulsar: PulsarQuotas,
                  fallback: BacklogQuota | None) -> Limit:
-    base = _PARTITION.sub("", topic)
+    base = partitioned_parent(topic) or topic
     normal = _size if kind is QuotaType.SIZE else _time
     for level, entries in ((QuotaSource.TOPIC, pulsar.topics.get(topic)),
                            (QuotaSource.TOPIC, pulsar.topics.get(base)),

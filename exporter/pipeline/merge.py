@@ -68,7 +68,10 @@ def merge(
     """One cycle's Aggregates from each broker's tables (source URL, tables). `bundles`
     (the admin snapshot's, owners unused here) give the namespaces' bundle boundaries;
     without them every namespace is one bundle (`FULL_BUNDLE`). `malformed`: this cycle's
-    skipped lines per freshly fetched source (default: every source's, from its tables)."""
+    skipped lines per freshly fetched source (default: every source's, from its tables).
+    Without any tables, every table is empty but the configured groups, at zero usage."""
+    if not tables:  # no broker ever answered: every configured group at zero usage
+        return _empty(resource_groups)
     groups = sorted(resource_groups.values(), key=lambda g: g.name)
     sources = sorted({source for source, _ in tables})
     if malformed is None:
@@ -106,6 +109,7 @@ def _with_source(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
 
 
 def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`schema`'s columns, which the merge always has (a missing one is a bug: it raises)."""
     return table.select(schema.names).cast(schema)
 
 
@@ -219,16 +223,16 @@ def place(namespace: pa.Array, topic_hash: pa.Array,
     n = len(namespace)
     if not lowers or n == 0:
         return pa.array([FULL_BUNDLE] * n, pa.string())
-    index = pc.index_in(namespace, pa.array(names, pa.string())).to_numpy(zero_copy_only=False)
-    known = ~np.isnan(index) if index.dtype.kind == "f" else np.ones(n, bool)
+    index = pc.fill_null(pc.index_in(namespace, pa.array(names, pa.string())), -1)
+    index = index.to_numpy(zero_copy_only=False).astype(np.int64)
     h = pc.fill_null(topic_hash, 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    key = (np.nan_to_num(index).astype(np.int64) << 33) + h
+    key = (np.maximum(index, 0) << 33) + h
     at = np.searchsorted(np.array(lowers), key, side="right") - 1
     upper = np.array(uppers)[np.maximum(at, 0)]
     last = (upper & 0x1FFFFFFFF) == _LAST_BOUNDARY
-    hit = known & (at >= 0) & ((key < upper) | (last & (key == upper)))
-    chosen = np.array(labels, dtype=object)[np.maximum(at, 0)]
-    return pa.array(np.where(hit, chosen, FULL_BUNDLE).tolist(), pa.string())
+    hit = (index >= 0) & (at >= 0) & ((key < upper) | (last & (key == upper)))
+    # the range's label, or FULL_BUNDLE (one past the labels) where none holds the topic
+    return pa.array([*labels, FULL_BUNDLE], pa.string()).take(np.where(hit, at, len(labels)))
 
 
 def _bundle_shares(topics: pa.Table, per_source: pa.Table,
@@ -249,9 +253,8 @@ def _bundle_shares(topics: pa.Table, per_source: pa.Table,
     namespace_level = per_source.filter(pc.invert(per_source["topic_level"]))
     namespace_level = namespace_level.append_column(
         "bundle", pa.array([FULL_BUNDLE] * namespace_level.num_rows, pa.string()))
-    return pa.concat_tables([from_topics.select(order).cast(from_topics.select(order).schema),
-                             namespace_level.select(order).cast(
-                                 from_topics.select(order).schema)])
+    from_topics = from_topics.select(order)
+    return pa.concat_tables([from_topics, namespace_level.select(order).cast(from_topics.schema)])
 
 
 def _load_tables(shares: pa.Table, usage: Mapping[str, Mapping], sources: Sequence[str],
@@ -345,7 +348,7 @@ def _malformed(counts: Mapping[str, Mapping[str, int]], sources: Sequence[str]) 
     return pa.Table.from_pylist(rows, schema=MALFORMED)
 
 
-def empty(resource_groups: Mapping[str, ResourceGroup]) -> Aggregates:
+def _empty(resource_groups: Mapping[str, ResourceGroup]) -> Aggregates:
     """No broker data at all: every configured group at zero usage, every table empty."""
     groups = sorted(resource_groups.values(), key=lambda g: g.name)
     return Aggregates.empty().with_resource_groups(_group_rows(groups, {}))

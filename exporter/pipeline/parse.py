@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from exporter.names import PARTITION_SUFFIX
 from exporter.pipeline import slices
 from exporter.pipeline.model import TOPIC_ONLY, Level, MalformedReason
 
@@ -111,10 +112,10 @@ _COMMENT_OR_BLANK = r"^[ \t]*(?:#|\r?\n?$)"
 _ANY_SAMPLE = rf"^[ \t]*{_NAME}(?:[ \t]*\{{.*\}}[ \t]*|[ \t]+)(?:{_VALUE})(?:[ \t]|\r?\n?$)"
 _PLACEHOLDERS = "[\x00-\x03]"
 _ESCAPED_BACKSLASH, _ESCAPED_QUOTE = "\x00", "\x01"
-_PARTITION_SUFFIX = r"-partition-[0-9]+$"
 
 _S = pa.large_string()
-# One row per kept sample of a read family, before keys are built (see `samples`).
+# One row per kept sample of a read family, labels raw: keys are built per entity
+# (tables.py), not per sample.
 SAMPLES = pa.schema([
     ("family", pa.int32()),  # index into FAMILIES
     ("value", pa.float64()),
@@ -253,7 +254,7 @@ def topic_key(topic: pa.Array, namespace: pa.Array, partition: pa.Array) -> pa.A
     numeric = pc.match_substring_regex(partition, r"^-?[0-9]{1,9}$")
     index = pc.cast(pc.if_else(numeric, partition, pa.scalar(None, partition.type)), pa.int64())
     suffix = pc.and_(pc.greater_equal(index, 0),
-                     pc.invert(pc.match_substring_regex(full, _PARTITION_SUFFIX)))
+                     pc.invert(pc.match_substring_regex(full, PARTITION_SUFFIX)))
     suffixed = pc.binary_join_element_wise(full, text("-partition-"),
                                            pc.cast(index, topic.type), text(""))
     return pc.if_else(pc.fill_null(suffix, False), suffixed, full)

@@ -25,7 +25,7 @@ from functools import partial
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from exporter.config import BrokerSource
 from exporter.pipeline.parse import parse_text
@@ -37,13 +37,10 @@ from exporter.sources.model import ScrapeError, SourceKind
 # piece, not the body, and parsing overlaps the transfer.
 PIECE_BYTES = 8 << 20
 _TABLES = ("subscriptions", "topics", "namespaces", "usage")
-_OUT = StructType([
-    StructField("source", StringType(), False),
-    StructField("part", StringType(), False),  # "status" (JSON) or one of _TABLES (IPC)
-    StructField("payload", BinaryType(), False),
-])
+# One row per broker and part: "status" (JSON) or one of _TABLES (Arrow IPC).
 _ARROW_OUT = pa.schema([("source", pa.string(), False), ("part", pa.string(), False),
                         ("payload", pa.binary(), False)])
+_OUT = from_arrow_schema(_ARROW_OUT)
 
 
 # --- in the executor -------------------------------------------------------------------------

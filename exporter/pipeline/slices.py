@@ -13,8 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_WHITESPACE = (ord(" "), ord("\t"))
-
 
 def split_lines(data: bytes | memoryview) -> pa.LargeStringArray:
     """Lines of UTF-8 text, each keeping its "\\n" (the exposition format ends lines at
@@ -51,17 +49,28 @@ def padded(raw: np.ndarray) -> np.ndarray:
     return out
 
 
-def skip(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes) -> np.ndarray:
-    """Each position moved forward past any of `chars`, never beyond its `stop`."""
+def _forward(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes,
+             over: bool) -> np.ndarray:
+    """Each position moved forward while its byte is (`over`) or is not one of `chars`,
+    never beyond its `stop`."""
     pos = pos.copy()
     wanted = np.frombuffer(chars, np.uint8)
     active = np.flatnonzero(pos < stop)
     while len(active):
-        hit = np.isin(data[pos[active]], wanted)
-        active = active[hit]
+        active = active[np.isin(data[pos[active]], wanted) == over]
         pos[active] += 1
         active = active[pos[active] < stop[active]]
     return pos
+
+
+def skip(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes) -> np.ndarray:
+    """Each position moved forward past any of `chars`, never beyond its `stop`."""
+    return _forward(data, pos, stop, chars, over=True)
+
+
+def until(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes) -> np.ndarray:
+    """Each position moved forward to the first of `chars` (or its `stop`)."""
+    return _forward(data, pos, stop, chars, over=False)
 
 
 def back(data: np.ndarray, end: np.ndarray, start: np.ndarray, chars: bytes) -> np.ndarray:
@@ -75,19 +84,6 @@ def back(data: np.ndarray, end: np.ndarray, start: np.ndarray, chars: bytes) -> 
         end[active] -= 1
         active = active[end[active] > start[active]]
     return end
-
-
-def until(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes) -> np.ndarray:
-    """Each position moved forward to the first of `chars` (or its `stop`)."""
-    pos = pos.copy()
-    wanted = np.frombuffer(chars, np.uint8)
-    active = np.flatnonzero(pos < stop)
-    while len(active):
-        hit = np.isin(data[pos[active]], wanted)
-        active = active[~hit]
-        pos[active] += 1
-        active = active[pos[active] < stop[active]]
-    return pos
 
 
 def _words(data: np.ndarray) -> np.ndarray:
@@ -173,8 +169,6 @@ def crc32(strings: pa.Array) -> pa.Array:
     """CRC-32 (zlib's, java.util.zip.CRC32's) of each string's UTF-8 bytes, as int64;
     null for null. Table-driven, one step per byte position over all strings at once."""
     strings = strings.cast(pa.large_string())
-    if strings.offset or strings.null_count:
-        strings = pa.concat_arrays([strings])  # own buffers, offset 0
     off, data = buffers(strings)
     start, lengths = off[:-1], np.diff(off)
     crc = np.full(len(strings), 0xFFFFFFFF, np.uint32)

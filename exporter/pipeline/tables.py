@@ -212,7 +212,7 @@ def _usage(samples: pa.Table) -> pa.Table:
 
 
 def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table`'s columns in `schema`'s order and types (absent ones null)."""
+    """`table`'s columns in `schema`'s order and types (absent ones null), one chunk."""
     n = table.num_rows
     return pa.table(
         [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(n, f.type)

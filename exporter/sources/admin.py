@@ -31,7 +31,6 @@ are followed and keep the bearer token. Proxies from the environment are not use
 from __future__ import annotations
 
 import json
-import re
 import ssl
 import threading
 import time
@@ -45,6 +44,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from exporter.config import AdminSource
+from exporter.names import partitioned_parent
 from exporter.sources.adminjson import (
     bundles_from_json,
     object_of,
@@ -66,7 +66,6 @@ from exporter.sources.policies import PolicyCache
 
 __all__ = ["AdminFetched", "AdminScrape", "AdminScraper", "bundles_from_json",
            "partitioned_stats_from_json", "subscription_from_json", "topic_stats_from_json"]
-_PARTITION = re.compile(r"^(?P<parent>.+)-partition-(?P<index>\d+)$")
 T = TypeVar("T")
 A = TypeVar("A")
 
@@ -217,7 +216,7 @@ class _Walk:
             namespaces) for p in ps})
         parents = set(partitioned)
         plain = [t for ts in listed for t in ts
-                 if not ((m := _PARTITION.match(t)) and m["parent"] in parents)]
+                 if partitioned_parent(t) not in parents]
         self.topic_names = plain + partitioned  # what topic policies are set on
         single = self.each(lambda t: (topic_stats_from_json(
             t, self.http.get_json(_topic_path(t) + "/stats")),), plain)

@@ -18,7 +18,7 @@ from exporter.config import LoadManager, ResourceGroup
 from exporter.engine.loadbalance import Resource, ShedOutcome
 from exporter.loadview import Judged, Unjudged, UsageGap, evaluate_load
 from exporter.pipeline import slices
-from exporter.pipeline.merge import bindings, bundle_ranges, empty, in_range, merge
+from exporter.pipeline.merge import bindings, bundle_ranges, in_range, merge
 from exporter.pipeline.model import FULL_BUNDLE, SCHEMAS, Aggregates, MalformedReason
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
@@ -269,7 +269,7 @@ def test_bindings_precedence_is_deterministic():
 
 
 def test_no_broker_data_at_all():
-    agg = empty({"g": ResourceGroup("g", tenants=("t",))})
+    agg = merge([], {"g": ResourceGroup("g", tenants=("t",))})
     assert agg.topics.num_rows == 0 and agg.brokers.num_rows == 0
     assert agg.resource_groups.to_pylist() == [
         {"resource_group": "g", "monitoring_class": c, "messages_total": 0.0,
