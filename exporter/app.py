@@ -36,6 +36,7 @@ from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.publish import CycleFacts, Tallies, build
 from exporter.reload import ConfigFile, Reloaded, ReloadRejected
 from exporter.server import PublishedState, build_server
+from exporter.sources.brokerreports import BrokerReports, broker_reports_for
 from exporter.sources.collector import SnapshotSource, SourceCollector
 from exporter.sources.model import Snapshot
 from exporter.status import view
@@ -66,7 +67,7 @@ class Exporter:
                  collector: SnapshotSource | None = None, evictor: Evictor | None = None,
                  state: PublishedState | None = None, clock: Callable[[], float] = time.time,
                  exchange: UsageExchange | None = None, config_file: ConfigFile | None = None,
-                 participate: bool = False):
+                 participate: bool = False, broker_reports: BrokerReports | None = None):
         """`participate`: join the usage exchange (the `run` command); a one-off check
         does not, so it never shows up to peers as a participant. `brokers` (default: the
         Spark job over `config.sources.brokers`, started on first use) and `collector` (the
@@ -83,6 +84,10 @@ class Exporter:
         self.exchange = exchange
         if exchange is None and participate:
             self.exchange = _exchange_for(config, clock)
+        self._participate = participate
+        self.broker_reports = broker_reports  # the brokers' own PIP-82 reports, read-only
+        if broker_reports is None and participate:
+            self.broker_reports = _broker_reports_for(config)
         self._tally_lock = threading.Lock()  # the exchange thread counts too
         self._cancelled = False
         self.config_file = config_file
@@ -221,7 +226,8 @@ class Exporter:
                                    self.config.check_interval, engine.report_interval,
                                    engine.max_report_gap)
                 metrics = build(facts, decisions, snapshot.health, self.tallies,
-                                self.decider.participant)
+                                self.decider.participant,
+                                self.broker_reports.take(now) if self.broker_reports else None)
             body = render(metrics, topic_level=self.config.exposition.topic_level)
             body += process_body()
             status = view(self.config.cluster, now, decisions, snapshot.health, stages)
@@ -248,6 +254,8 @@ class Exporter:
         if self.exchange is not None:
             self.exchange.goodbye(self._clock())
             self.exchange.close()
+        if self.broker_reports is not None:
+            self.broker_reports.close()
         self.collector.close()
         self._side.shutdown(wait=False, cancel_futures=True)
 
@@ -331,12 +339,24 @@ class Exporter:
             if self.exchange is not None:
                 self.exchange.close()
             self.exchange = _exchange_for(new, self._clock)
+        if ((engine_new.broker_reports_topic, engine_new.stale_after, new.sources.service_url)
+                != (engine_old.broker_reports_topic, engine_old.stale_after,
+                    old.sources.service_url)) and self._participate:
+            if self.broker_reports is not None:
+                self.broker_reports.close()
+            self.broker_reports = _broker_reports_for(new)
 
 
 def _collector_for(config: Config) -> SourceCollector:
     """The admin side; Pulsar's quota policies are read unless quotas come from the YAML."""
     yaml_only = config.backlog_quotas.source is BacklogQuotaSource.CONFIG
     return SourceCollector(config.sources, read_quotas=not yaml_only)
+
+
+def _broker_reports_for(config: Config) -> BrokerReports | None:
+    engine = config.resource_group_engine
+    return broker_reports_for(config.sources.service_url, engine.broker_reports_topic,
+                              engine.stale_after)
 
 
 def _exchange_for(config: Config, clock: Callable[[], float]) -> UsageExchange | None:

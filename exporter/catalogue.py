@@ -47,6 +47,7 @@ SCRAPE_ERROR_REASONS = (
 REPORT_REJECT_REASONS = (
     "malformed", "truncated", "oversized", "unknown_version", "replayed", "spoofed", "too_old",
 )
+BROKER_REPORT_REJECT_REASONS = ("truncated", "malformed", "missing_fields", "oversized")
 EVICTION_FAILURE_REASONS = (
     "no_service_url", "consumer_connected", "not_found", "timeout", "broker_error", "other",
 )
@@ -172,6 +173,14 @@ CATALOGUE: tuple[Metric, ...] = (
        "Delay a rate limiter would impose on the group over its quota: (O - T) / T * W "
        "(Kafka's client-quota throttle).",
        _RG, U.SECONDS, R),
+    _m("pulsar_resource_group_broker_reported_bytes_total", C,
+       "Bytes the group used on `broker`, as that broker reported it to the others "
+       "(PIP-82 reports on resource_group_engine.broker_reports_topic); rate() is the "
+       "group's usage there. Rounds the broker suppressed are not in it, as for Pulsar.",
+       (*_RG, "broker"), U.BYTES, R),
+    _m("pulsar_resource_group_broker_reported_messages_total", C,
+       "Messages the group used on `broker`, as that broker reported it to the others.",
+       (*_RG, "broker"), U.NONE, R),
     # --- load (Pulsar's load manager rules) -------------------------------------------
     _m("pulsar_load_broker_resource_usage_ratio", G,
        "Broker resource usage (cpu, memory, bandwidth_in, bandwidth_out) as a fraction "
@@ -242,6 +251,16 @@ CATALOGUE: tuple[Metric, ...] = (
        "Usage reports rejected, by reason.",
        ("cluster", "reason"), U.NONE, E,
        known_values=MappingProxyType({"reason": REPORT_REJECT_REASONS})),
+    _m("pulsar_quota_exporter_broker_last_report_timestamp_seconds", G,
+       "Unix time at which the broker's last PIP-82 usage report was read off its topic.",
+       ("cluster", "broker"), U.TIMESTAMP, E),
+    _m("pulsar_quota_exporter_broker_reports_received_total", C,
+       "PIP-82 usage reports read from the brokers' own topic and decoded.",
+       ("cluster",), U.NONE, E),
+    _m("pulsar_quota_exporter_broker_reports_rejected_total", C,
+       "Payloads on the brokers' usage topic that did not decode as ResourceUsageInfo.",
+       ("cluster", "reason"), U.NONE, E,
+       known_values=MappingProxyType({"reason": BROKER_REPORT_REJECT_REASONS})),
     _m("pulsar_quota_exporter_usage_peers", G,
        "Participants (including this one) whose usage is currently known.",
        ("cluster",), U.NONE, E),

@@ -88,6 +88,8 @@ class ResourceGroup:
 # (ResourceUsageInfo protobufs) on non-persistent://pulsar/system/resource-usage: sharing
 # it, each of ours would be noise to them and each of theirs malformed to us.
 USAGE_TOPIC = "non-persistent://pulsar/system/pulsar-quota-exporter-usage"
+# The brokers' own report topic (`ResourceUsageTopicTransportManager`), read, never written.
+BROKER_USAGE_TOPIC = "non-persistent://pulsar/system/resource-usage"
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class ResourceGroupEngine:
     max_suppressed_rounds: int = 5
     stale_after: float = 600.0
     allocator: Allocator = Allocator.PULSAR
+    broker_reports_topic: str | None = BROKER_USAGE_TOPIC  # None (`false`): not read
 
     @property
     def max_report_gap(self) -> float:

@@ -151,7 +151,14 @@ def resource_group_engine(r: Reader, value: object) -> ResourceGroupEngine:
         ),
         stale_after=r.get(m, "stale_after", path, cv.duration, d.stale_after),
         allocator=r.get(m, "allocator", path, cv.choice(Allocator, "allocator"), d.allocator),
+        broker_reports_topic=r.get(m, "broker_reports_topic", path,
+                                   cv.switchable(cv.topic("non-persistent")),
+                                   d.broker_reports_topic),
     )
+    if engine.broker_reports_topic == engine.topic:
+        r.error(f"{path}.broker_reports_topic",
+                f"must differ from {path}.topic ({engine.topic}): the brokers' reports and "
+                "ours are different formats, each would be refused as malformed by the other")
     silent = engine.max_report_gap
     if engine.stale_after <= silent:
         r.error(

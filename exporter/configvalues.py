@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from exporter.configreader import Convert, describe, did_you_mean, expected
 from exporter.units import parse_duration, parse_size
+
+T = TypeVar("T")
 
 _PULSAR_NAME = re.compile(r"[-=:.\w]+", re.ASCII)  # Pulsar's NamedEntity charset (Java's \w)
 _BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
@@ -172,6 +174,15 @@ def namespace(value: object) -> str:
     if len(parts) != 2 or not all(_PULSAR_NAME.fullmatch(p) for p in parts):
         raise ValueError(f"expected a namespace as tenant/namespace, found {describe(value)}")
     return "/".join(parts)
+
+
+def switchable(convert: Convert[T]) -> Convert[T | None]:
+    """`convert`, or None for `false`: a setting that can be switched off (YAML's null
+    means "the default" in schema sections, so it cannot)."""
+    def check(value: object) -> T | None:
+        return None if value is False else convert(value)
+
+    return check
 
 
 def topic(domain: str) -> Convert[str]:

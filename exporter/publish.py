@@ -19,6 +19,7 @@ from exporter.decide import Decisions, GroupResult
 from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
 from exporter.exposition import HistogramValue, MetricSet, MetricSetBuilder
 from exporter.publish_load import add_load
+from exporter.sources.brokerreports import BrokerReportsView
 from exporter.sources.model import SourceHealth
 
 
@@ -138,10 +139,24 @@ def _add_health(b: MetricSetBuilder, cluster: str, health: Iterable[SourceHealth
               tallies.malformed_lines[h.source])
 
 
+def _add_broker_reports(b: MetricSetBuilder, cluster: str, view: BrokerReportsView) -> None:
+    for u in view.usage:
+        labels = (cluster, u.resource_group, u.monitoring_class.value, u.broker)
+        b.add("pulsar_resource_group_broker_reported_bytes_total", labels, u.bytes)
+        b.add("pulsar_resource_group_broker_reported_messages_total", labels, u.messages)
+    for broker, at in view.last_report:
+        b.add("pulsar_quota_exporter_broker_last_report_timestamp_seconds", (cluster, broker), at)
+    b.add("pulsar_quota_exporter_broker_reports_received_total", (cluster,), view.received)
+    for reason, n in view.rejected:
+        b.add("pulsar_quota_exporter_broker_reports_rejected_total", (cluster, reason.value), n)
+
+
 def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[SourceHealth],
-          tallies: Tallies, participant: str) -> MetricSet:
+          tallies: Tallies, participant: str,
+          broker_reports: BrokerReportsView | None = None) -> MetricSet:
     """The whole /metrics content of one cycle. `decisions` is None when the pipeline
-    failed: the exporter's own series are still published."""
+    failed: the exporter's own series are still published. `broker_reports`: what the
+    brokers' own PIP-82 reports said, when they are read."""
     c = facts.cluster
     b = MetricSetBuilder()
     b.seed_counters(cluster=c)
@@ -187,6 +202,8 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     b.set_histogram("pulsar_storage_backlog_quota_check_duration_seconds", (c,),
                     tallies.check_duration)
     _add_health(b, c, health, tallies, facts.now)
+    if broker_reports is not None:
+        _add_broker_reports(b, c, broker_reports)
     for stage, seconds in facts.stage_seconds.items():
         b.add("pulsar_quota_exporter_cycle_stage_duration_seconds", (c, stage), seconds)
     if facts.last_success_at is not None:

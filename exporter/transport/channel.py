@@ -105,14 +105,15 @@ class Backoff:
 @dataclass
 class _Link:
     client: pulsar.Client
-    producer: pulsar.Producer
+    producer: pulsar.Producer | None  # None on a read-only channel
     reader: pulsar.Reader
     broken: str | None = None  # set by send() on failure; the thread tears the link down
 
 
 def _alive(link: _Link) -> bool:
     try:
-        return link.broken is None and link.producer.is_connected() and link.reader.is_connected()
+        return (link.broken is None and link.reader.is_connected()
+                and (link.producer is None or link.producer.is_connected()))
     except Exception:  # a closed producer or reader
         return False
 
@@ -134,12 +135,14 @@ class UsageChannel:
         send_timeout: float = 2.0,
         operation_timeout: float = 3.0,
         poll_interval: float = 0.2,
+        read_only: bool = False,
     ):
         if max_queued < 1:
             raise ValueError(f"max_queued must be ≥ 1, got {max_queued}")
         self.service_url = service_url
         self.topic = topic
         self.participant = participant
+        self.read_only = read_only  # a reader only (another party's topic): send refuses
         self.losses = 0  # live connections found lost and torn down
         self.reconnects = 0  # connections re-established after a loss
         self.connect_failures = 0  # attempts that failed
@@ -200,6 +203,8 @@ class UsageChannel:
         """Publish one payload and wait for the broker's acknowledgement. Never raises."""
         if self._stop.is_set():
             return NotSent(SendFailure.CLOSED)
+        if self.read_only:
+            return NotSent(SendFailure.ERROR, "read-only channel")
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             return NotSent(SendFailure.ERROR, f"payload must be bytes, not "
                                               f"{type(payload).__name__}")
@@ -211,6 +216,7 @@ class UsageChannel:
                 self._wake.set()
                 return NotSent(SendFailure.NOT_CONNECTED, self._reconnect_status())
             try:
+                assert link.producer is not None  # read-only channels returned above
                 link.producer.send(bytes(payload))
             except pulsar.MessageTooBig as exc:
                 return NotSent(SendFailure.TOO_LARGE, str(exc))
@@ -306,7 +312,7 @@ class UsageChannel:
             logger=CLIENT_LOG,
         )
         try:
-            producer = client.create_producer(
+            producer = None if self.read_only else client.create_producer(
                 self.topic,
                 compression_type=self._compression,
                 send_timeout_millis=self._send_timeout_ms,

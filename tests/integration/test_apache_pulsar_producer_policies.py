@@ -20,7 +20,7 @@ import pytest
 from exporter.app import Exporter
 from exporter.config import parse
 from tests.harness.apache_pulsar import ApachePulsar, poll
-from tests.integration.test_apache_pulsar_quotas import LiveBrokers
+from tests.harness.livebrokers import LiveBrokers
 
 LIMIT_BYTES = 64 * 1024
 PAYLOAD = 1024

@@ -12,18 +12,14 @@ Every test works in its own namespaces.
 from __future__ import annotations
 
 import re
-import time
 
 from exporter.app import Exporter
 from exporter.config import AdminSource, BacklogQuotas, BacklogQuotaSource, parse
 from exporter.engine.quotas import QuotaType, resolve
-from exporter.pipeline.parse import parse_text
-from exporter.pipeline.tables import BrokerData, source_tables
 from exporter.sources.admin import AdminFetched, AdminScraper
-from exporter.sources.brokers import HealthLedger
-from exporter.sources.model import SourceKind
 from exporter.sources.policies import PolicyCache
 from tests.harness.apache_pulsar import ApachePulsar, poll
+from tests.harness.livebrokers import LiveBrokers
 from tests.harness.pulsar import Metrics
 
 PAYLOAD = 200
@@ -44,23 +40,6 @@ def _rest(topic: str) -> str:
 
 def _set_quota(broker: ApachePulsar, base: str, kind: str, quota: dict) -> None:
     broker.admin("POST", f"{base}/backlogQuota?backlogQuotaType={kind}", quota)
-
-
-class LiveBrokers:
-    """The broker side of a cycle: the real broker's /metrics, parsed as a Spark task
-    would parse it."""
-
-    def __init__(self, broker: ApachePulsar):
-        self.broker = broker
-        self.ledger = HealthLedger(broker.metrics_url, SourceKind.BROKER)
-        self.last_body = ""
-
-    def run(self) -> BrokerData:
-        self.last_body = self.broker.metrics_text()
-        tables = source_tables([parse_text(self.last_body.encode())])
-        self.ledger.record(up=True, at=time.time())
-        return BrokerData(((self.broker.metrics_url, tables),), (self.ledger.health(),),
-                          {self.broker.metrics_url: tables.malformed})
 
 
 def _exporter(broker: ApachePulsar, quotas: dict, *, admin: bool = True) -> tuple[

@@ -720,3 +720,23 @@ def test_cli_validate_config_prints_each_error_and_exits_2(tmp_path: Path) -> No
         f"{bad}: backlog_quotas.default.limit_sise: unknown key (did you mean 'limit_size'?)",
         f"{bad}: exposition.listen: expected host:port such as 127.0.0.1:10049, found 'nowhere'",
     ]
+
+
+# --------------------------------------------------------- the brokers' own usage reports
+
+
+def test_broker_reports_topic_defaults_to_pulsars_and_false_turns_it_off() -> None:
+    assert (parse(minimal(), FILE).resource_group_engine.broker_reports_topic
+            == "non-persistent://pulsar/system/resource-usage")
+    off = merged(minimal(), {"resource_group_engine": {"broker_reports_topic": False}})
+    assert parse(off, FILE).resource_group_engine.broker_reports_topic is None
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("persistent://pulsar/system/resource-usage", "expected non-persistent://"),
+    (True, "expected non-persistent://"),
+    ("non-persistent://pulsar/system/pulsar-quota-exporter-usage", "must differ from"),
+])
+def test_broker_reports_topic_errors_name_the_key(value: str, says: str) -> None:
+    error = single_error({"resource_group_engine": {"broker_reports_topic": value}})
+    assert "resource_group_engine.broker_reports_topic" in error and says in error

@@ -1,0 +1,115 @@
+"""The brokers' PIP-82 reports summed per group, class and broker (sources/brokerreports.py),
+fed with recorded 4.0.8 payloads through a list standing in for the topic reader."""
+
+from __future__ import annotations
+
+from exporter.configmodel import MonitoringClass
+from exporter.sources.brokerreports import BrokerReports, ReportedUsage, broker_reports_for
+from exporter.transport.pulsarwire import WireError
+from tests.unit.test_pulsarwire import RECORDED, entry, field, info, network
+
+P, D = MonitoringClass.PUBLISH, MonitoringClass.DISPATCH
+BROKER = "pulsar://127.0.0.1:40725"
+
+
+class PayloadsInAList:
+    """Stand-in for the read-only channel: what `drain` hands out is what was put in."""
+
+    def __init__(self) -> None:
+        self.waiting: list[bytes] = []
+        self.closed = False
+
+    def drain(self, limit: int = 10_000) -> list[bytes]:
+        out, self.waiting = self.waiting[:limit], self.waiting[limit:]
+        return out
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.closed = True
+
+
+def reports() -> tuple[BrokerReports, PayloadsInAList]:
+    payloads = PayloadsInAList()
+    return BrokerReports(payloads, stale_after=60.0), payloads
+
+
+def test_recorded_reports_sum_to_the_brokers_own_remote_usage_counters():
+    ledger, payloads = reports()
+    payloads.waiting += RECORDED[:4]
+    first = ledger.take(now=100.0)
+    payloads.waiting += RECORDED[4:]
+    view = ledger.take(now=110.0)
+    assert view.usage == (ReportedUsage("rg-a", BROKER, D, 0, 0),
+                          ReportedUsage("rg-a", BROKER, P, 72904, 537))
+    assert view.received == 10 and first.received == 4
+    assert view.last_report == ((BROKER, 110.0),)
+    assert dict(view.rejected) == {reason: 0 for reason in WireError}
+
+
+def test_counts_only_grow_and_a_suppressed_class_still_has_its_series():
+    ledger, payloads = reports()
+    payloads.waiting.append(info("b1", entry("g", field(2, network(100, 1)))))
+    before = {u.monitoring_class: u for u in ledger.take(1.0).usage}
+    payloads.waiting.append(info("b1", entry("g")))  # suppressed round
+    payloads.waiting.append(info("b1", entry("g", field(2, network(50, 2)),
+                                             field(3, network(7, 7)))))
+    after = {u.monitoring_class: u for u in ledger.take(2.0).usage}
+    assert before == {P: ReportedUsage("g", "b1", P, 100, 1),
+                      D: ReportedUsage("g", "b1", D, 0, 0)}  # left out: suppressed
+    assert after == {P: ReportedUsage("g", "b1", P, 150, 3),
+                     D: ReportedUsage("g", "b1", D, 7, 7)}
+    payloads.waiting.append(info("b1", entry("h")))
+    usage = ledger.take(3.0).usage
+    assert {(u.resource_group, u.monitoring_class, u.bytes) for u in usage} >= {
+        ("h", P, 0), ("h", D, 0)}
+
+
+def test_brokers_are_kept_apart():
+    ledger, payloads = reports()
+    payloads.waiting += [info("b1", entry("g", field(2, network(10, 1)))),
+                         info("b2", entry("g", field(2, network(20, 2))))]
+    usage = ledger.take(5.0).usage
+    assert [(u.broker, u.bytes) for u in usage if u.monitoring_class is P] == [
+        ("b1", 10), ("b2", 20)]
+
+
+def test_undecodable_payloads_are_counted_by_reason_and_the_rest_still_read(caplog):
+    ledger, payloads = reports()
+    payloads.waiting += [b'{"participant": "ours"}', RECORDED[1], b"\x0a\x05ab", b""]
+    view = ledger.take(1.0)
+    assert view.received == 1
+    assert dict(view.rejected) == {WireError.MALFORMED: 1, WireError.TRUNCATED: 1,
+                                   WireError.MISSING_FIELDS: 1, WireError.OVERSIZED: 0}
+    assert "3 report(s) refused" in caplog.text
+    assert dict(ledger.take(2.0).rejected)[WireError.MALFORMED] == 1  # cumulative, not reset
+
+
+def test_a_silent_broker_is_forgotten_after_stale_after():
+    ledger, payloads = reports()
+    payloads.waiting += [info("b1", entry("g", field(2, network(1, 1)))),
+                         info("b2", entry("g", field(2, network(1, 1))))]
+    ledger.take(0.0)
+    payloads.waiting.append(info("b2", entry("g")))
+    assert {u.broker for u in ledger.take(60.0).usage} == {"b1", "b2"}  # not yet
+    payloads.waiting.append(info("b2", entry("g")))
+    view = ledger.take(60.5)
+    assert {u.broker for u in view.usage} == {"b2"}
+    assert view.last_report == (("b2", 60.5),)
+
+
+def test_made_only_with_a_service_url_and_a_topic_and_read_only():
+    made: list[dict] = []
+
+    def channel(*args, **kwargs):
+        made.append({"args": args, **kwargs})
+        return PayloadsInAList()
+
+    assert broker_reports_for(None, "non-persistent://pulsar/system/resource-usage", 60,
+                              channel) is None
+    assert broker_reports_for("pulsar://b:6650", None, 60, channel) is None
+    ledger = broker_reports_for("pulsar://b:6650", "non-persistent://pulsar/system/x", 60,
+                                channel)
+    assert ledger is not None and ledger.stale_after == 60
+    assert made == [{"args": ("pulsar://b:6650", "non-persistent://pulsar/system/x",
+                              "broker-reports"), "read_only": True}]
+    ledger.close()
+    assert ledger.channel.closed
