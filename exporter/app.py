@@ -13,7 +13,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,8 +26,10 @@ from exporter.actions.evict import (
     Skipped,
     evictor_for,
 )
-from exporter.config import BacklogQuotaSource, Config
+from exporter.assembly import broker_reports_for, collector_for, exchange_for
+from exporter.config import Config, ResourceGroup
 from exporter.decide import Decider, Decisions
+from exporter.engine.groups import effective_groups
 from exporter.engine.usage import EntryRejected
 from exporter.exchange import UsageExchange, from_wire
 from exporter.exposition import process_body, render
@@ -36,8 +38,8 @@ from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.publish import CycleFacts, Tallies, build
 from exporter.reload import ConfigFile, Reloaded, ReloadRejected
 from exporter.server import PublishedState, build_server
-from exporter.sources.brokerreports import BrokerReports, broker_reports_for
-from exporter.sources.collector import SnapshotSource, SourceCollector
+from exporter.sources.brokerreports import BrokerReports
+from exporter.sources.collector import SnapshotSource
 from exporter.sources.model import Snapshot
 from exporter.status import view
 
@@ -75,7 +77,7 @@ class Exporter:
         self.config = config
         self._brokers = brokers
         self._side = ThreadPoolExecutor(1, thread_name_prefix="admin-scrape")
-        self.collector = collector or _collector_for(config)
+        self.collector = collector or collector_for(config)
         self.evictor = evictor or evictor_for(config)
         self.state = state or PublishedState(config.check_interval)
         self.tallies = Tallies()
@@ -83,11 +85,11 @@ class Exporter:
         self._clock = clock
         self.exchange = exchange
         if exchange is None and participate:
-            self.exchange = _exchange_for(config, clock)
+            self.exchange = exchange_for(config, clock)
         self._participate = participate
         self.broker_reports = broker_reports  # the brokers' own PIP-82 reports, read-only
         if broker_reports is None and participate:
-            self.broker_reports = _broker_reports_for(config)
+            self.broker_reports = broker_reports_for(config)
         self._tally_lock = threading.Lock()  # the exchange thread counts too
         self._cancelled = False
         self.config_file = config_file
@@ -110,8 +112,18 @@ class Exporter:
 
     def _aggregate(self, brokers: BrokerData, snapshot: Snapshot):
         bundles = snapshot.admin.bundles if snapshot.admin is not None else ()
-        return merge(brokers.tables, self.config.resource_groups, bundles,
+        return merge(brokers.tables, self._resource_groups(snapshot), bundles,
                      malformed=brokers.malformed)
+
+    def _resource_groups(self, snapshot: Snapshot) -> Mapping[str, ResourceGroup]:
+        """The groups in force this cycle, the YAML's and Pulsar's as `source` says
+        (engine/groups.py); the decider follows when they change."""
+        pulsar = snapshot.admin.resource_groups if snapshot.admin is not None else None
+        groups = effective_groups(self.config.resource_groups, pulsar,
+                                  self.config.resource_group_engine.source)
+        if groups != self.decider.config.resource_groups:
+            self.decider.reconfigure(dataclasses.replace(self.config, resource_groups=groups))
+        return groups
 
     def _act(self, decisions: Decisions) -> None:
         orders = orders_for(decisions)
@@ -326,9 +338,10 @@ class Exporter:
     def _apply(self, new: Config) -> None:
         old, self.config = self.config, new
         self.decider.reconfigure(new)
-        if (new.sources, new.backlog_quotas.source) != (old.sources, old.backlog_quotas.source):
+        if ((new.sources, new.backlog_quotas.source, new.resource_group_engine.source)
+                != (old.sources, old.backlog_quotas.source, old.resource_group_engine.source)):
             self.collector.close()
-            self.collector = _collector_for(new)
+            self.collector = collector_for(new)
         if new.sources.brokers != old.sources.brokers and self._brokers is not None:
             self._brokers = None  # a new plan over the new endpoints, at the next cycle
         if (new.sources, new.backlog_quotas.enforce) != (old.sources, old.backlog_quotas.enforce):
@@ -338,40 +351,13 @@ class Exporter:
                 != (engine_old.topic, engine_old.report_interval, old.sources.service_url)):
             if self.exchange is not None:
                 self.exchange.close()
-            self.exchange = _exchange_for(new, self._clock)
+            self.exchange = exchange_for(new, self._clock)
         if ((engine_new.broker_reports_topic, engine_new.stale_after, new.sources.service_url)
                 != (engine_old.broker_reports_topic, engine_old.stale_after,
                     old.sources.service_url)) and self._participate:
             if self.broker_reports is not None:
                 self.broker_reports.close()
-            self.broker_reports = _broker_reports_for(new)
-
-
-def _collector_for(config: Config) -> SourceCollector:
-    """The admin side; Pulsar's quota policies are read unless quotas come from the YAML."""
-    yaml_only = config.backlog_quotas.source is BacklogQuotaSource.CONFIG
-    return SourceCollector(config.sources, read_quotas=not yaml_only)
-
-
-def _broker_reports_for(config: Config) -> BrokerReports | None:
-    engine = config.resource_group_engine
-    return broker_reports_for(config.sources.service_url, engine.broker_reports_topic,
-                              engine.stale_after)
-
-
-def _exchange_for(config: Config, clock: Callable[[], float]) -> UsageExchange | None:
-    """The usage exchange, when there is something to exchange and a broker to carry it."""
-    if not config.resource_groups:
-        return None
-    if config.sources.service_url is None:
-        log.warning("no sources.service_url: resource-group quotas are computed from this "
-                    "instance's usage only")
-        return None
-    from exporter.transport.channel import UsageChannel
-
-    engine = config.resource_group_engine
-    channel = UsageChannel(config.sources.service_url, engine.topic, engine.participant)
-    return UsageExchange(config, channel, clock)
+            self.broker_reports = broker_reports_for(new)
 
 
 def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,

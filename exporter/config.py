@@ -21,12 +21,12 @@ from exporter.configmodel import (
     Allocator,
     BacklogQuota,
     BacklogQuotas,
-    BacklogQuotaSource,
     BrokerSource,
     Config,
     Exposition,
     LoadManager,
     MonitoringClass,
+    PolicySource,
     RateLimit,
     ResourceGroup,
     ResourceGroupEngine,
@@ -41,7 +41,6 @@ __all__ = [
     "AdminSource",
     "Allocator",
     "BacklogQuota",
-    "BacklogQuotaSource",
     "BacklogQuotas",
     "BrokerSource",
     "Config",
@@ -49,6 +48,7 @@ __all__ = [
     "Exposition",
     "LoadManager",
     "MonitoringClass",
+    "PolicySource",
     "RateLimit",
     "ResourceGroup",
     "ResourceGroupEngine",
@@ -104,22 +104,28 @@ def load(path: str | os.PathLike[str]) -> Config:
     return config
 
 
-def _quota_source(r: Reader, top: dict[str, object], config: Config) -> Config:
-    """`backlog_quotas.source`: Pulsar's policies are read over the admin REST, so the
-    default is `both` with an admin source and `config` without, and `pulsar` needs one."""
-    path = "backlog_quotas"
-    m = top.get(path)
-    given = m.get("source") if isinstance(m, dict) else None
+def _policy_sources(r: Reader, top: dict[str, object], config: Config) -> Config:
+    """`backlog_quotas.source` and `resource_group_engine.source`: Pulsar's policies are
+    read over the admin REST, so each defaults to `both` with an admin source and `config`
+    without, and `pulsar` needs one."""
     has_admin = config.sources.admin is not None
-    source = (BacklogQuotaSource.BOTH if has_admin else BacklogQuotaSource.CONFIG)
-    if given is not None:
-        source = r.check(given, f"{path}.source",
-                         cv.choice(BacklogQuotaSource, "source"), source)
-        if source is BacklogQuotaSource.PULSAR and not has_admin:
-            r.error(f"{path}.source", "pulsar needs sources.admin: Pulsar's backlog quotas "
-                                      "are read over the admin REST")
-    quotas = dataclasses.replace(config.backlog_quotas, source=source)
-    return dataclasses.replace(config, backlog_quotas=quotas)
+
+    def source(path: str, what: str) -> PolicySource:
+        m = top.get(path)
+        given = m.get("source") if isinstance(m, dict) else None
+        chosen = PolicySource.BOTH if has_admin else PolicySource.CONFIG
+        if given is not None:
+            chosen = r.check(given, f"{path}.source", cv.choice(PolicySource, "source"), chosen)
+            if chosen is PolicySource.PULSAR and not has_admin:
+                r.error(f"{path}.source", f"pulsar needs sources.admin: Pulsar's {what} "
+                                          "are read over the admin REST")
+        return chosen
+
+    quotas = dataclasses.replace(config.backlog_quotas,
+                                 source=source("backlog_quotas", "backlog quotas"))
+    engine = dataclasses.replace(config.resource_group_engine,
+                                 source=source("resource_group_engine", "resource groups"))
+    return dataclasses.replace(config, backlog_quotas=quotas, resource_group_engine=engine)
 
 
 class _Loader(yaml.SafeLoader):
@@ -164,7 +170,7 @@ def parse(data: object, filename: str) -> Config:
     )
     if config.backlog_quotas.enforce and config.sources.service_url is None:
         r.error("backlog_quotas.enforce", "true needs sources.service_url: evictions use it")
-    config = _quota_source(r, top, config)
+    config = _policy_sources(r, top, config)
     if r.errors:
         raise ConfigError(r.errors)
     return config

@@ -25,9 +25,10 @@ class RetentionPolicy(StrEnum):
     CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
 
 
-class BacklogQuotaSource(StrEnum):
-    """Where backlog quotas come from: the YAML, Pulsar's policies (admin REST), or both
-    (the YAML overriding Pulsar, engine/quotas.py)."""
+class PolicySource(StrEnum):
+    """Where backlog quotas and resource groups come from: the YAML, Pulsar's policies
+    (admin REST), or both (the YAML overriding Pulsar: engine/quotas.py per quota type,
+    engine/resourcegroups.py per group)."""
 
     PULSAR = "pulsar"
     CONFIG = "config"
@@ -61,7 +62,7 @@ class BacklogQuotas:
     topics: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # full topic name
     enforce: bool = False  # dry-run by default: decide and export, never touch the cluster
     # Parsed configs: `both` when sources.admin is set, else `config` (config.parse).
-    source: BacklogQuotaSource = BacklogQuotaSource.CONFIG
+    source: PolicySource = PolicySource.CONFIG
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class ResourceGroupEngine:
     max_suppressed_rounds: int = 5
     stale_after: float = 600.0
     allocator: Allocator = Allocator.PULSAR
+    # Parsed configs: `both` when sources.admin is set, else `config` (config.parse).
+    source: PolicySource = PolicySource.CONFIG
     broker_reports_topic: str | None = BROKER_USAGE_TOPIC  # None (`false`): not read
 
     @property

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from exporter.config import BacklogQuota, BacklogQuotas, BacklogQuotaSource, RetentionPolicy
+from exporter.config import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
 from exporter.names import partitioned_parent
 
 
@@ -166,11 +166,11 @@ def resolve(topic: str, namespace: str, quotas: BacklogQuotas,
     """The quota that applies to `topic` under `quotas.source` (module docstring). Without
     Pulsar policies (`pulsar` None: not read yet, or no admin source) Pulsar has none."""
     mode = quotas.source
-    if mode is BacklogQuotaSource.CONFIG:
+    if mode is PolicySource.CONFIG:
         return _from_config(*configured(topic, namespace, quotas))
     pulsar = pulsar or PulsarQuotas()
     fallback = None
-    if mode is BacklogQuotaSource.BOTH:
+    if mode is PolicySource.BOTH:
         quota, level = configured(topic, namespace, quotas)
         if level is not QuotaSource.DEFAULT:
             return _from_config(quota, level)

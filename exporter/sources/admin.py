@@ -63,6 +63,7 @@ from exporter.sources.model import (
     TopicStats,
 )
 from exporter.sources.policies import PolicyCache
+from exporter.sources.resourcegroups import GroupCache
 
 __all__ = ["AdminFetched", "AdminScrape", "AdminScraper", "bundles_from_json",
            "partitioned_stats_from_json", "subscription_from_json", "topic_stats_from_json"]
@@ -272,10 +273,13 @@ class AdminScraper:
         max_concurrency: int = 8,
         clock: Callable[[], float] = time.time,
         policies: PolicyCache | None = None,
+        groups: GroupCache | None = None,
     ):
-        """`policies`: also read Pulsar's backlog-quota policies (on their own period)."""
+        """`policies`, `groups`: also read Pulsar's backlog-quota policies, resource groups
+        and their bindings (each on its own period)."""
         self.source = source
         self._policies = policies
+        self._groups = groups
         self._workers = max(1, max_concurrency)
         self._clock = clock
         self._ledger = HealthLedger(source.url, SourceKind.ADMIN)
@@ -309,5 +313,7 @@ class AdminScraper:
             quotas = self._policies.read(walk.each, http.get_json, namespaces,
                                          walk.topic_names, self._clock(), complete=listed) \
                 if self._policies else None
-        snapshot = AdminSnapshot(self._clock(), tuple(topics), tuple(bundles), quotas)
+            groups = self._groups.read(walk.each, http.get_json, namespaces, self._clock(),
+                                       complete=listed) if self._groups else None
+        snapshot = AdminSnapshot(self._clock(), tuple(topics), tuple(bundles), quotas, groups)
         return AdminFetched(snapshot, tuple(walk.errors))

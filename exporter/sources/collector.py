@@ -17,6 +17,7 @@ from exporter.config import Sources
 from exporter.sources.admin import AdminScraper
 from exporter.sources.model import Snapshot
 from exporter.sources.policies import PolicyCache
+from exporter.sources.resourcegroups import GroupCache
 
 
 class SnapshotSource(Protocol):
@@ -31,12 +32,15 @@ class SourceCollector:
     """Runs the admin source, when configured, for one cycle. Not re-entrant."""
 
     def __init__(self, sources: Sources, *, max_workers: int = 8,
-                 clock: Callable[[], float] = time.time, read_quotas: bool = False):
-        """`read_quotas`: read Pulsar's backlog-quota policies too (`backlog_quotas.source`
-        other than `config`)."""
+                 clock: Callable[[], float] = time.time, read_quotas: bool = False,
+                 read_groups: bool = False):
+        """`read_quotas`, `read_groups`: read Pulsar's backlog-quota policies, its
+        resource groups and their bindings too (`backlog_quotas.source`,
+        `resource_group_engine.source` other than `config`)."""
         self._clock = clock
         self._admin = (AdminScraper(sources.admin, max_concurrency=max_workers, clock=clock,
-                                    policies=PolicyCache() if read_quotas else None)
+                                    policies=PolicyCache() if read_quotas else None,
+                                    groups=GroupCache() if read_groups else None)
                        if sources.admin else None)
 
     def collect(self) -> Snapshot:

@@ -7,9 +7,11 @@ in its `SourceHealth`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from exporter.configmodel import ResourceGroup
 from exporter.engine.quotas import PulsarQuotas
 
 
@@ -80,6 +82,8 @@ class AdminSnapshot:
     topics: tuple[TopicStats, ...]
     bundles: tuple[BundleOwnership, ...]
     quotas: PulsarQuotas | None = None  # Pulsar's backlog-quota policies, when read
+    # Pulsar's resource groups with their namespace bindings, when read
+    resource_groups: Mapping[str, ResourceGroup] | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from exporter.app import Exporter
-from exporter.config import AdminSource, BacklogQuotas, BacklogQuotaSource, parse
+from exporter.config import AdminSource, BacklogQuotas, PolicySource, parse
 from exporter.engine.quotas import QuotaType, resolve
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.policies import PolicyCache
@@ -105,12 +105,12 @@ def test_pulsar_quotas_resolve_per_type_as_the_broker_applies_them(
     assert pulsar is not None
     ours = {}
     for topic in topics:
-        r = resolve(topic, namespace, BacklogQuotas(source=BacklogQuotaSource.PULSAR), pulsar)
+        r = resolve(topic, namespace, BacklogQuotas(source=PolicySource.PULSAR), pulsar)
         ours[topic] = (r.size.value if r.size.value is not None else -1,
                        r.time.value if r.time.value is not None else -1)
         assert r.limit(QuotaType.TIME).origin == "pulsar:namespace"
     assert ours == broker
-    r = resolve(both, namespace, BacklogQuotas(source=BacklogQuotaSource.PULSAR), pulsar)
+    r = resolve(both, namespace, BacklogQuotas(source=PolicySource.PULSAR), pulsar)
     assert (r.size.origin, r.size.policy.value) == ("pulsar:topic", "producer_exception")
     assert r.time.policy.value == "consumer_backlog_eviction"
 
@@ -129,7 +129,7 @@ def test_check_reports_where_each_limit_came_from(apache_pulsar: ApachePulsar) -
         apache_pulsar.create_subscription(topic, "stalled")
         apache_pulsar.produce(topic, 5, PAYLOAD)
     exporter, _ = _exporter(apache_pulsar, {"namespaces": {yaml_ns: {"limit_size": "1MiB"}}})
-    assert exporter.config.backlog_quotas.source is BacklogQuotaSource.BOTH
+    assert exporter.config.backlog_quotas.source is PolicySource.BOTH
     try:
         status = {t["topic"]: t for t in exporter.cycle().status["topics"]}
     finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import BacklogQuota, BacklogQuotas, BacklogQuotaSource, RetentionPolicy
+from exporter.config import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
 from exporter.engine.backlog import (
     Action,
     LimitStatus,
@@ -30,8 +30,8 @@ SIZE, TIME = QuotaType.SIZE, QuotaType.TIME
 HOLD = RetentionPolicy.PRODUCER_REQUEST_HOLD
 EXCEPTION = RetentionPolicy.PRODUCER_EXCEPTION
 EVICT = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
-PULSAR, CONFIG, BOTH = (BacklogQuotaSource.PULSAR, BacklogQuotaSource.CONFIG,
-                        BacklogQuotaSource.BOTH)
+PULSAR, CONFIG, BOTH = (PolicySource.PULSAR, PolicySource.CONFIG,
+                        PolicySource.BOTH)
 
 
 def pulsar(default=None, namespaces=None, topics=None) -> PulsarQuotas:

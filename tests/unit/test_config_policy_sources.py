@@ -1,4 +1,5 @@
-"""`backlog_quotas.source`: its default follows `sources.admin`, and `pulsar` needs one."""
+"""`backlog_quotas.source` and `resource_group_engine.source`: each default follows
+`sources.admin`, and `pulsar` needs one."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import BacklogQuotaSource, ConfigError, parse
+from exporter.config import ConfigError, PolicySource, parse
 from tests.unit.test_config import run_cli
 
 FILE = "q.yaml"
@@ -21,7 +22,7 @@ def config(admin: bool, **quotas: object) -> dict:
 
 
 @pytest.mark.parametrize(("admin", "expected"), [
-    (True, BacklogQuotaSource.BOTH), (False, BacklogQuotaSource.CONFIG)])
+    (True, PolicySource.BOTH), (False, PolicySource.CONFIG)])
 def test_the_default_follows_the_admin_source(admin: bool, expected) -> None:
     assert parse(config(admin), FILE).backlog_quotas.source is expected
 
@@ -33,7 +34,7 @@ def test_every_source_is_accepted_with_an_admin_source(given: str) -> None:
 
 def test_config_needs_no_admin_source() -> None:
     assert parse(config(False, source="config"), FILE).backlog_quotas.source is \
-        BacklogQuotaSource.CONFIG
+        PolicySource.CONFIG
 
 
 def test_pulsar_without_an_admin_source_is_an_error() -> None:
@@ -61,3 +62,23 @@ def test_cli_exits_2_on_pulsar_without_admin(tmp_path: Path) -> None:
     assert done.stderr.splitlines() == [
         f"{bad}: backlog_quotas.source: pulsar needs sources.admin: Pulsar's backlog quotas "
         "are read over the admin REST"]
+
+
+def groups(admin: bool, **engine: object) -> dict:
+    return {**config(admin), "resource_group_engine": engine}
+
+
+@pytest.mark.parametrize(("admin", "expected"), [
+    (True, PolicySource.BOTH), (False, PolicySource.CONFIG)])
+def test_resource_groups_follow_the_admin_source_too(admin: bool, expected) -> None:
+    assert parse(groups(admin), FILE).resource_group_engine.source is expected
+    assert parse(groups(True, source="pulsar"), FILE).resource_group_engine.source is \
+        PolicySource.PULSAR
+
+
+def test_resource_groups_from_pulsar_need_an_admin_source() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(groups(False, source="pulsar"), FILE)
+    assert caught.value.errors == [
+        f"{FILE}: resource_group_engine.source: pulsar needs sources.admin: Pulsar's "
+        "resource groups are read over the admin REST"]

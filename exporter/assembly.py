@@ -1,0 +1,44 @@
+"""Which parts a configuration asks for: the admin side, the usage exchange, the reader
+of the brokers' own usage reports. Built at start and again when a reload changes them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from exporter.config import Config, PolicySource
+from exporter.exchange import UsageExchange
+from exporter.sources.brokerreports import BrokerReports
+from exporter.sources.brokerreports import broker_reports_for as reports_reader
+from exporter.sources.collector import SourceCollector
+
+log = logging.getLogger(__name__)
+
+
+def collector_for(config: Config) -> SourceCollector:
+    """The admin side; Pulsar's quota policies and resource groups are read unless
+    they come from the YAML only."""
+    return SourceCollector(
+        config.sources, read_quotas=config.backlog_quotas.source is not PolicySource.CONFIG,
+        read_groups=config.resource_group_engine.source is not PolicySource.CONFIG)
+
+
+def broker_reports_for(config: Config) -> BrokerReports | None:
+    engine = config.resource_group_engine
+    return reports_reader(config.sources.service_url, engine.broker_reports_topic,
+                          engine.stale_after)
+
+
+def exchange_for(config: Config, clock: Callable[[], float]) -> UsageExchange | None:
+    """The usage exchange, when there is something to exchange and a broker to carry it."""
+    if not config.resource_groups and config.resource_group_engine.source is PolicySource.CONFIG:
+        return None
+    if config.sources.service_url is None:
+        log.warning("no sources.service_url: resource-group quotas are computed from this "
+                    "instance's usage only")
+        return None
+    from exporter.transport.channel import UsageChannel
+
+    engine = config.resource_group_engine
+    channel = UsageChannel(config.sources.service_url, engine.topic, engine.participant)
+    return UsageExchange(config, channel, clock)
