@@ -36,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -45,6 +45,7 @@ import pytest
 from exporter.embedded import BrokerFailed, free_ports
 from tests.harness.apache_pulsar_install import VERSION, home, installed
 from tests.harness.pulsar import Metrics
+from tests.harness.wait import poll
 from tests.harness.workload import Workload
 
 __all__ = ["STANDALONE_OVERRIDES", "VERSION", "ApachePulsar", "ApachePulsarMissing",
@@ -289,20 +290,6 @@ class ApachePulsar(Workload):
 
     def metrics(self) -> Metrics:
         return Metrics(self.metrics_text())
-
-
-def poll(probe: Callable[[], T], what: str, timeout: float = 30.0, interval: float = 0.5) -> T:
-    """Call `probe` until it returns something truthy and return that; after `timeout` fail
-    saying `what` was awaited and what `probe` last returned. The broker refreshes stats
-    and /metrics every 2 s and checks backlog quotas every 2 s (STANDALONE_OVERRIDES)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout} s: {what} (last: {result!r})")
-        time.sleep(interval)
 
 
 def apache_pulsar_fixture(scope: str = "session", **options: Any):
