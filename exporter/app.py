@@ -236,7 +236,7 @@ class Exporter:
                 engine = self.config.resource_group_engine
                 facts = CycleFacts(self.config.cluster, now, stages, self._last_success,
                                    self.config.check_interval, engine.report_interval,
-                                   engine.max_report_gap)
+                                   engine.max_report_gap, self.config.backlog_quotas.enforce)
                 metrics = build(facts, decisions, snapshot.health, self.tallies,
                                 self.decider.participant,
                                 self.broker_reports.take(now) if self.broker_reports else None)

@@ -41,6 +41,7 @@ class Unit(StrEnum):
 
 # Label values that exist from start, so error counters read 0 rather than being absent.
 QUOTA_TYPES = ("time", "size")
+ENFORCERS = ("broker", "exporter", "none")  # publish.enforcer
 SCRAPE_ERROR_REASONS = (
     "refused", "timeout", "http_error", "tls", "auth", "malformed", "missing_fields", "other",
 )
@@ -132,9 +133,11 @@ CATALOGUE: tuple[Metric, ...] = (
        "measured it (admin API, or its own pulsar_storage_backlog_age_seconds).",
        _TOPIC, U.NONE, B),
     _m("pulsar_storage_backlog_quota_exceeded", G,
-       "1 while the topic's backlog exceeds its quota of this type; `policy` is what the "
-       "broker does about it.",
-       (*_TOPIC, "quota_type", "policy"), U.NONE, B),
+       "1 while the topic's backlog exceeds its quota of this type; `policy` is what is done "
+       "about it and `enforced_by` who does it: `broker` (the quota is Pulsar's own), "
+       "`exporter` (our evictions) or `none` (a quota only this exporter knows of).",
+       (*_TOPIC, "quota_type", "policy", "enforced_by"), U.NONE, B,
+       known_values=MappingProxyType({"enforced_by": ENFORCERS})),
     _m("pulsar_storage_backlog_quota_would_evict_total", C,
        "Evictions decided but not performed because enforcement is off (dry run).",
        (*_TOPIC, "quota_type"), U.NONE, B, namespace_fallback=True,

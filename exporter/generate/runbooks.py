@@ -36,7 +36,8 @@ class Runbook:
 # then refuses them with a policy-specific server error.
 _BLOCKED = (
     "from the broker's next quota check (`backlogQuotaCheckIntervalInSeconds`), if the quota "
-    "is the broker's own (a quota only in the exporter's YAML blocks nothing): the broker "
+    "is the broker's own (label `enforced_by=\"broker\"`; with `enforced_by=\"none\"` the "
+    "quota is only in the exporter's YAML and blocks nothing): the broker "
     "disconnects them and refuses them until the backlog is back under the quota. "
     "`producer_request_hold`: the client keeps reconnecting and holds their sends until its "
     "send timeout (`pulsar.Timeout` in Python); a new producer fails with "

@@ -21,6 +21,7 @@ from exporter.app import Exporter
 from exporter.config import parse
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.livebrokers import LiveBrokers
+from tests.harness.pulsar import Metrics
 
 LIMIT_BYTES = 64 * 1024
 PAYLOAD = 1024
@@ -77,14 +78,17 @@ def _new_producer(broker: ApachePulsar, topic: str) -> BaseException | None:
     return None
 
 
-def _decision(broker: ApachePulsar, topic: str) -> dict:
-    """The exporter's `check` view of `topic` (Pulsar's own quotas, read over admin REST)."""
+def _decision(broker: ApachePulsar, topic: str) -> tuple[dict, Metrics]:
+    """The exporter's `check` view of `topic` (Pulsar's own quotas, read over admin REST),
+    and its /metrics."""
     config = parse({"cluster": broker.cluster, "check_interval": "2s",
                     "sources": {"brokers": [{"url": broker.metrics_url}],
                                 "admin": {"url": broker.web_url}}}, "quotas.yaml")
     exporter = Exporter(config, brokers=LiveBrokers(broker))
     try:
-        return {t["topic"]: t for t in exporter.cycle().status["topics"]}[topic]
+        report = exporter.cycle()
+        views = {t["topic"]: t for t in report.status["topics"]}
+        return views[topic], Metrics(report.body.decode())
     finally:
         exporter.close()
 
@@ -106,7 +110,7 @@ def test_what_the_broker_does_to_producers_and_what_we_say(
                                           send_timeout_millis=SEND_TIMEOUT_MS)
         raised, seconds = _blocked_send(producer, apache_pulsar, topic)
         created = _new_producer(apache_pulsar, topic)
-        decision = _decision(apache_pulsar, topic)
+        decision, metrics = _decision(apache_pulsar, topic)
         print(f"{policy}: send raised {raised!r} after {seconds:.1f} s; a new producer: "
               f"{created!r}\nours: {decision}")
         assert isinstance(raised, send_raises), raised
@@ -114,6 +118,9 @@ def test_what_the_broker_does_to_producers_and_what_we_say(
         assert decision["exceeded"] == ["size"]
         assert (decision["policy"], decision["action"]) == (policy, policy)
         assert decision["limit_sources"]["size"] == "pulsar:namespace"
+        exceeded = metrics.find("pulsar_storage_backlog_quota_exceeded", topic=topic,
+                                quota_type="size")
+        assert [(s.value, s.labels["enforced_by"]) for s in exceeded] == [(1.0, "broker")]
         assert decision["evict"] is None
         assert decision["backlog_size_bytes"] > LIMIT_BYTES
 

@@ -211,7 +211,7 @@ def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_the_limit(brok
         assert _sample(later.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
                        topic=TOPIC, quota_type="size") == 1
         assert _sample(later.body, "pulsar_storage_backlog_quota_exceeded",
-                       topic=TOPIC, quota_type="size") == 0
+                       topic=TOPIC, quota_type="size", enforced_by="exporter") == 0
         assert _sample(later.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
                        topic=TOPIC, quota_type="time") in (None, 0)
     finally:
@@ -227,7 +227,7 @@ def test_size_dry_run_moves_nothing_and_counts_would_evict(broker):
         assert _sample(report.body, "pulsar_storage_backlog_quota_would_evict_total",
                        topic=TOPIC, quota_type="size") == 2  # once per check
         assert _sample(report.body, "pulsar_storage_backlog_quota_exceeded",
-                       topic=TOPIC, quota_type="size") == 1
+                       topic=TOPIC, quota_type="size", enforced_by="none") == 1  # dry run
         assert _sample(report.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
                        topic=TOPIC, quota_type="size") == 0  # exists at 0, never rises
         time.sleep(6)  # one gauge refresh
