@@ -3,30 +3,26 @@ ready after its first good cycle, serves the PIP-323 families, and stops cleanly
 (what an orchestrator sends) and on SIGINT to its process group (Ctrl-C in a terminal, which
 also reaches the Spark JVM); a config error exits 2 naming the file and the key path.
 
-The exporter runs in its own process group; whatever of that group outlives a test is killed.
+The exporter runs in its own process group (tests/harness/exporter_process.py); whatever of
+that group outlives a test is killed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from exporter.embedded import free_port
+from tests.harness.exporter_process import ExporterProcess, run_cli
 from tests.harness.pulsar import Metrics, PulsarLite, pulsar_lite_fixture
+from tests.harness.wait import poll
 
 pulsar_lite = pulsar_lite_fixture()
 
@@ -36,7 +32,6 @@ LIMIT_TIME = 3600  # the config's 1h
 CLUSTER = "process-test"
 READY_WITHIN = 180.0  # Spark's start (about 10 s) and first job dominate; generous on purpose
 EXIT_WITHIN = 30.0
-SCRIPT = Path(sys.executable).with_name("pulsar-quota-exporter")
 
 # PIP-323's families (Pulsar's names and types), per topic and cluster-wide.
 PIP_323_TYPES = {
@@ -59,131 +54,40 @@ def topic(pulsar_lite: PulsarLite) -> str:
     return name
 
 
-def _config_text(broker: PulsarLite, port: int) -> str:
-    return f"""\
-cluster: {CLUSTER}
-check_interval: 2s
-sources:
-  brokers:
-    - url: {broker.metrics_url}
-      timeout: 1s
-backlog_quotas:
-  namespaces:
-    {NAMESPACE}:
-      limit_size: 1MiB
-      limit_time: 1h
-exposition:
-  listen: 127.0.0.1:{port}
-spark:
-  master: local[2]
-"""
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of the group: whatever a stopped exporter left behind."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, group = stat.rsplit(")", 1)[1].split()[:3]
-        if int(group) == pgid and state != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-@dataclass
-class ExporterProcess:
-    """`pulsar-quota-exporter run` in its own process group, its output in a log file."""
-
-    config: Path
-    port: int
-    log_path: Path
-    process: subprocess.Popen[bytes] = field(init=False)
-
-    def start(self) -> ExporterProcess:
-        assert SCRIPT.is_file(), f"console script not installed next to {sys.executable}"
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [str(SCRIPT), "run", "--config.file", str(self.config), "--log.level", "info"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
-        return self
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=5) as resp:
-                return resp.status, dict(resp.headers), resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, dict(err.headers), err.read()
-
-    def wait_ready(self) -> list[int]:
-        """Poll /readyz until 200; returns every status it answered on the way."""
-        seen: list[int] = []
-        deadline = time.monotonic() + READY_WITHIN
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"exporter exited early:\n{self.log()[-4000:]}"
-            try:
-                status, _, _ = self.get("/readyz")
-            except OSError:  # not listening yet
-                time.sleep(0.2)
-                continue
-            seen.append(status)
-            if status == 200:
-                return seen
-            time.sleep(0.2)
-        raise AssertionError(f"not ready within {READY_WITHIN} s:\n{self.log()[-4000:]}")
-
-    def wait_exit(self) -> int:
-        try:
-            return self.process.wait(timeout=EXIT_WITHIN)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"still running {EXIT_WITHIN} s after the signal:\n{self.log()[-4000:]}") from None
-
-    def kill_leftovers(self) -> None:
-        """SIGKILL to whatever of this process's own group is still alive."""
-        if _group_members(self.process.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.poll()
+def _config(broker: PulsarLite) -> dict[str, Any]:
+    return {
+        "cluster": CLUSTER,
+        "check_interval": "2s",
+        "sources": {"brokers": [{"url": broker.metrics_url, "timeout": "1s"}]},
+        "backlog_quotas": {"namespaces": {NAMESPACE: {"limit_size": "1MiB",
+                                                      "limit_time": "1h"}}},
+        "spark": {"master": "local[2]"},
+    }
 
 
 @pytest.fixture
 def exporter(pulsar_lite: PulsarLite, tmp_path: Path) -> Iterator[ExporterProcess]:
-    port = free_port()
-    config = tmp_path / "exporter.yaml"
-    config.write_text(_config_text(pulsar_lite, port))
-    proc = ExporterProcess(config, port, tmp_path / "exporter.log").start()
+    proc = ExporterProcess(tmp_path, _config(pulsar_lite)).start()
     try:
         yield proc
     finally:
-        proc.kill_leftovers()
+        proc.stop(grace=0)  # the tests signal it themselves: kill whatever is left
 
 
 def _assert_serves_pip_323(proc: ExporterProcess, topic: str) -> None:
     # The backlog age is absent until a second cycle has seen the publish counter (it
     # cannot be known before): wait for it, then check the whole body of that scrape.
-    deadline = time.monotonic() + READY_WITHIN
-    while True:
+    def scraped() -> tuple[dict[str, str], Metrics]:
         status, headers, body = proc.get("/metrics")
         assert status == 200
-        metrics = Metrics(body.decode())
-        age = metrics.value("pulsar_storage_backlog_age_seconds", topic=topic)
-        if age is not None or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert age is not None and age >= 0, f"no backlog age in {READY_WITHIN} s"
+        return headers, Metrics(body.decode())
+
+    headers, metrics = poll(
+        scraped, f"a backlog age for {topic} on /metrics", READY_WITHIN, interval=1,
+        until=lambda s: s[1].value("pulsar_storage_backlog_age_seconds", topic=topic) is not None,
+        show=proc.log_tail)
+    age = metrics.value("pulsar_storage_backlog_age_seconds", topic=topic)
+    assert age is not None and age >= 0
     assert headers["Content-Type"].startswith("text/plain")
     for family, kind in PIP_323_TYPES.items():
         assert f"# TYPE {family} {kind}\n" in metrics.text, family
@@ -210,16 +114,13 @@ def _assert_serves_pip_323(proc: ExporterProcess, topic: str) -> None:
 ])
 def test_run_becomes_ready_serves_and_stops_cleanly_on_a_signal(
         exporter: ExporterProcess, topic: str, signum: signal.Signals, to_group: bool) -> None:
-    seen = exporter.wait_ready()
+    seen = exporter.wait_ready(READY_WITHIN)
     # The server answers before the first cycle is published, and not ready until then.
     assert seen[0] == 503 and seen[-1] == 200, seen
     _assert_serves_pip_323(exporter, topic)
 
-    if to_group:
-        os.killpg(exporter.process.pid, signum)
-    else:
-        exporter.process.send_signal(signum)
-    status = exporter.wait_exit()
+    exporter.signal(signum, group=to_group)
+    status = exporter.wait_exit(EXIT_WITHIN)
 
     log = exporter.log()
     assert status == 0, log[-4000:]
@@ -228,10 +129,8 @@ def test_run_becomes_ready_serves_and_stops_cleanly_on_a_signal(
     assert "Traceback" not in log, log[-4000:]
     assert re.search(r"^\S+ \S+ INFO exporter\.app: stopped cleanly", log, re.M), log[-4000:]
     # Nothing of the exporter outlives it (the Spark JVM exits with its parent).
-    deadline = time.monotonic() + EXIT_WITHIN
-    while _group_members(exporter.process.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _group_members(exporter.process.pid) == []
+    poll(exporter.group_members, "nothing left of the exporter's process group", EXIT_WITHIN,
+         interval=0.2, until=lambda members: members == [])
 
 
 def test_config_error_exits_2_naming_the_file_and_each_key_path(tmp_path: Path) -> None:
@@ -241,8 +140,7 @@ def test_config_error_exits_2_naming_the_file_and_each_key_path(tmp_path: Path) 
         f"cluster: c\ncheck_interval: soon\nsources:\n  brokers:\n"
         f"    - url: http://127.0.0.1:9/metrics\n      timout: 3s\n"
         f"exposition: {{listen: '127.0.0.1:{port}'}}\n")
-    done = subprocess.run([str(SCRIPT), "run", "--config.file", str(config)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = run_cli("run", "--config.file", config)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     errors = done.stderr.splitlines()
@@ -252,41 +150,36 @@ def test_config_error_exits_2_naming_the_file_and_each_key_path(tmp_path: Path) 
 
 
 def _reloads(proc: ExporterProcess, result: str) -> float:
-    _, _, body = proc.get("/metrics")
-    return Metrics(body.decode()).value("pulsar_quota_exporter_config_reloads_total",
-                                        cluster=CLUSTER, result=result) or 0.0
+    return proc.scrape().value("pulsar_quota_exporter_config_reloads_total",
+                               cluster=CLUSTER, result=result) or 0.0
 
 
 def _wait_until(what: str, predicate, proc: ExporterProcess) -> None:
-    deadline = time.monotonic() + 60
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}; log:\n{proc.log()[-3000:]}"
-        time.sleep(0.5)
+    poll(predicate, what, 60, show=proc.log_tail)
 
 
 def test_sighup_reloads_a_bad_edit_is_refused_and_a_good_one_applied(
         exporter: ExporterProcess, topic: str) -> None:
-    exporter.wait_ready()
-    exporter.process.send_signal(signal.SIGHUP)  # same content: reloaded on request
+    exporter.wait_ready(READY_WITHIN)
+    exporter.signal(signal.SIGHUP)  # same content: reloaded on request
     _wait_until("SIGHUP reload counted", lambda: _reloads(exporter, "success") == 1, exporter)
 
-    good = exporter.config.read_text()
-    exporter.config.write_text(good.replace("limit_size: 1MiB", "limit_size: one MiB"))
+    good = exporter.config_path.read_text()
+    assert "limit_size: 1MiB\n" in good
+    exporter.config_path.write_text(good.replace("limit_size: 1MiB", "limit_size: one MiB"))
     _wait_until("bad edit refused", lambda: _reloads(exporter, "failure") == 1, exporter)
-    assert exporter.process.poll() is None
-    _, _, body = exporter.get("/metrics")
-    assert Metrics(body.decode()).value("pulsar_storage_backlog_quota_limit",
-                                        topic=topic) == LIMIT_SIZE  # the running config stays
+    assert exporter.running
+    assert exporter.scrape().value("pulsar_storage_backlog_quota_limit",
+                                   topic=topic) == LIMIT_SIZE  # the running config stays
     assert 'backlog_quotas.namespaces["public/proc"].limit_size' in exporter.log()
 
-    exporter.config.write_text(good.replace("limit_size: 1MiB", "limit_size: 2MiB"))
+    exporter.config_path.write_text(good.replace("limit_size: 1MiB", "limit_size: 2MiB"))
 
     def new_limit() -> bool:
-        _, _, body = exporter.get("/metrics")
-        return Metrics(body.decode()).value("pulsar_storage_backlog_quota_limit",
-                                            topic=topic) == 2 * LIMIT_SIZE
+        return exporter.scrape().value("pulsar_storage_backlog_quota_limit",
+                                       topic=topic) == 2 * LIMIT_SIZE
 
     _wait_until("the edited limit applied without a restart", new_limit, exporter)
     assert _reloads(exporter, "success") == 2
-    exporter.process.send_signal(signal.SIGTERM)
-    assert exporter.wait_exit() == 0
+    exporter.signal(signal.SIGTERM)
+    assert exporter.wait_exit(EXIT_WITHIN) == 0
