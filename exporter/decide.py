@@ -64,6 +64,22 @@ def _int(v: float | None) -> int | None:
     return None if v is None or not math.isfinite(v) else int(v)
 
 
+def _messages_per_entry(subs: list[tuple[str, float]], backlog_bytes: float | None,
+                        avg_message_bytes: float | None) -> float:
+    """Messages per backlog entry, for the age table. Pulsar's backlog counts entries
+    (`ManagedCursor.getNumberOfEntriesInBacklog`: a batch is one entry) while
+    `msgInCounter` counts messages, so a batched topic's backlog read as messages looks
+    `batch size` times too young. Bytes agree on both sides (measured on 4.0.8: a backlog
+    of 100 entries of 10 messages, `backlogSize` = `bytesInCounter` = 112659), so the
+    slowest subscription's backlog bytes (`pulsar_storage_backlog_size`) over the topic's
+    average message size give its backlog in messages. Exact for uniform message sizes;
+    1 where the broker prints no backlog size (pulsar-lite counts messages)."""
+    slowest = max((b for _, b in subs), default=0.0)
+    if not (slowest > 0 and backlog_bytes and avg_message_bytes):
+        return 1.0
+    return max(1.0, backlog_bytes / avg_message_bytes / slowest)
+
+
 class Decider:
     """Stateful across cycles; `decide` is called once per cycle from the check loop."""
 
@@ -97,7 +113,8 @@ class Decider:
     def _topic_state(self, topic: str, namespace: str, published: int | None,
                      bytes_in: float | None, subs: list[tuple[str, float]],
                      admin: TopicStats | None, admin_at: float, now: float,
-                     broker_age: float | None = None) -> TopicBacklogState:
+                     broker_age: float | None = None,
+                     backlog_bytes: float | None = None) -> TopicBacklogState:
         """Each subscription's oldest publish time, best source first: the admin REST's
         `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's PIP-323
         gauge `broker_age`, else our age table. The gauge
@@ -111,6 +128,8 @@ class Decider:
         if precise is None and broker_age is not None:
             backlogged = [(-b, n) for n, b in subs if b > 0]
             slowest = min(backlogged)[1] if backlogged else None
+        avg = (bytes_in / published) if published and bytes_in else None
+        per_entry = _messages_per_entry(subs, backlog_bytes, avg)
         states = []
         for name, backlog in subs:
             messages = int(backlog)
@@ -122,7 +141,7 @@ class Decider:
             elif messages > 0 and name == slowest:
                 publish_time, source = now - broker_age, TimeSource.BROKER
             elif messages > 0 and published is not None:
-                est = self.ages.estimate(topic, messages, published, now)
+                est = self.ages.estimate(topic, round(messages * per_entry), published, now)
                 if isinstance(est, Estimate):
                     publish_time = now - est.age_seconds
                     if slowest is not None:
@@ -130,7 +149,6 @@ class Decider:
                     elif est.method is Method.LOWER_BOUND:
                         source = TimeSource.LOWER_BOUND
             states.append(SubscriptionBacklog(name, messages, size, publish_time, source))
-        avg = (bytes_in / published) if published and bytes_in else None
         return TopicBacklogState(topic, namespace, tuple(states), avg)
 
     def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
@@ -141,14 +159,14 @@ class Decider:
         quotas = self.config.backlog_quotas
         pulsar = admin.quotas if admin else None
         decisions, max_age = [], {}
-        topics, namespaces, msg_in, bytes_in, ages = _columns(
+        topics, namespaces, msg_in, bytes_in, ages, backlog_bytes = _columns(
             agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
-                         "backlog_age_seconds"))
+                         "backlog_age_seconds", "backlog_size_bytes"))
         # Our own usage-report topic is no backlog to check. pulsar-lite names it without
         # its domain, so it arrives as persistent://: compare what follows the domain.
         usage_topic = self.config.resource_group_engine.topic.partition("://")[2]
-        for topic, ns, published_f, bytes_f, age in zip(topics, namespaces, msg_in, bytes_in,
-                                                        ages, strict=True):
+        for topic, ns, published_f, bytes_f, age, size in zip(
+                topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, strict=True):
             if topic.partition("://")[2] == usage_topic:
                 continue
             published = _int(published_f)
@@ -157,7 +175,7 @@ class Decider:
             # The broker prints -1 until its backlog-quota check has measured the age.
             broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
             state = self._topic_state(topic, ns, published, bytes_f, subs.get(topic, []),
-                                      stats.get(topic), admin_at, now, broker_age)
+                                      stats.get(topic), admin_at, now, broker_age, size)
             decision = check(state, quotas, now, pulsar)
             decisions.append(decision)
             if decision.backlog_age_seconds is not None:

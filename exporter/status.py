@@ -32,6 +32,7 @@ def topic_view(d: TopicDecision) -> dict[str, object]:
         "backlog_messages": d.backlog_messages,
         "backlog_size_bytes": _num(d.backlog_bytes),
         "backlog_age_seconds": _num(d.backlog_age_seconds),
+        "backlog_age_source": d.time_source.value if d.time_source else None,
         "oldest_subscription": d.holder,
         "policy": d.quota.policy.value,
         "quota_source": d.quota_source.value,
