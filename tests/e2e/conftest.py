@@ -35,17 +35,14 @@ from exporter.config import MonitoringClass
 from exporter.configmodel import USAGE_TOPIC
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.gate import initial_sequence
-from tests.e2e.harness import (
-    REPO,
+from tests.e2e.scenario import REPO, Scenario, Workload, rule_files
+from tests.harness.exporter_process import ExporterProcess
+from tests.harness.process import require_binary
+from tests.harness.prometheus import (
     Alertmanager,
-    ExporterProcess,
     Prometheus,
-    Scenario,
     WebhookReceiver,
-    Workload,
     alertmanager_config,
-    require_binary,
-    rule_files,
 )
 from tests.harness.pulsar import PulsarLite
 from tests.replay.metrics_replay import MetricsReplayServer

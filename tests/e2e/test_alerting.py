@@ -13,7 +13,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from tests.e2e.harness import REPO, Notification, Scenario, poll, rule_files
+from tests.e2e.scenario import REPO, Scenario, rule_files
+from tests.harness.prometheus import Notification
+from tests.harness.wait import poll
 
 AGE_ALERT = "PulsarBacklogAgeOverQuota"
 EVICTION_ALERT = "PulsarBacklogEvictions"

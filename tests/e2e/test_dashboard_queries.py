@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.harness import REPO, Prometheus, PromQLError, Scenario, poll
+from tests.e2e.scenario import REPO, Scenario
+from tests.harness.prometheus import Prometheus, PromQLError
+from tests.harness.wait import poll
 
 DASHBOARDS = sorted((REPO / "dashboards").glob("*.json"))
 SCRAPE_INTERVAL = 1  # seconds: the data source's "scrape interval", as Prometheus here

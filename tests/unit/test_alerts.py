@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
-import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,8 @@ from exporter.config import Config, ResourceGroupEngine
 from exporter.generate import alerts as gen
 from exporter.generate import runbooks
 from exporter.generate.thresholds import DEFAULT, Thresholds
+from tests.harness.prometheus import Alertmanager
+from tests.harness.wait import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
@@ -363,12 +364,6 @@ def test_alertmanager_example_groups_by_cluster_and_namespace():
     assert rule["equal"][0] == gen.TWIN_LABEL
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http(url: str, body: object | None = None) -> object:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -383,28 +378,13 @@ def firing_labels(alertname: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def alertmanager(tmp_path):
-    port = free_port()
-    process = subprocess.Popen(
-        [tool("prometheus-alertmanager"), f"--config.file={AM_EXAMPLE}",
-         f"--storage.path={tmp_path}", f"--web.listen-address=127.0.0.1:{port}",
-         "--cluster.listen-address="],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+def alertmanager(tmp_path) -> Iterator[str]:
+    """The shipped example config, as it is, in a real Alertmanager: its URL."""
+    server = Alertmanager(tmp_path, AM_EXAMPLE)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/-/ready", timeout=1).close()
-                break
-            except OSError:
-                assert process.poll() is None, "alertmanager exited"
-                assert time.monotonic() < deadline, "alertmanager not ready in 15 s"
-                time.sleep(0.1)
-        yield url
+        yield server.start().url
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        server.stop()
 
 
 def test_a_critical_alert_inhibits_its_warning_twin_in_a_real_alertmanager(alertmanager):
@@ -425,12 +405,11 @@ def test_a_critical_alert_inhibits_its_warning_twin_in_a_real_alertmanager(alert
         expect_inhibited[json.dumps(critical, sort_keys=True)] = False
         expect_inhibited[json.dumps(elsewhere, sort_keys=True)] = False
     http(f"{alertmanager}/api/v2/alerts", [{"labels": labels} for labels in posted])
-    deadline = time.monotonic() + 10
-    while True:
-        got = {json.dumps(a["labels"], sort_keys=True): bool(a["status"]["inhibitedBy"])
-               for a in http(f"{alertmanager}/api/v2/alerts")}
-        if got == expect_inhibited or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert got == expect_inhibited
+
+    def inhibited() -> dict[str, bool]:
+        return {json.dumps(a["labels"], sort_keys=True): bool(a["status"]["inhibitedBy"])
+                for a in http(f"{alertmanager}/api/v2/alerts")}
+
+    poll(inhibited, f"inhibited as expected, {expect_inhibited}", 10, interval=0.2,
+         until=lambda got: got == expect_inhibited)
     assert len(by_family) == 3
