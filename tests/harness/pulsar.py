@@ -12,7 +12,6 @@ A missing binary raises `PulsarLiteMissing`; tests never skip for it.
 from __future__ import annotations
 
 import re
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import TypeVar
 import pytest
 
 from exporter.embedded import BinaryMissing, BrokerFailed, EmbeddedBroker, find_binary, free_port
+from tests.harness.wait import poll
 from tests.harness.workload import Workload
 
 T = TypeVar("T")
@@ -93,20 +93,20 @@ class PulsarLite(Workload, EmbeddedBroker):
 
     def wait_for_metric(self, predicate: Callable[[Metrics], T], timeout: float = 15.0,
                         interval: float = 0.25) -> T:
-        """Poll /metrics until `predicate` returns something truthy, and return it."""
-        deadline = time.monotonic() + timeout
-        last: Metrics | None = None
-        while True:
-            last = self.metrics()
-            result = predicate(last)
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                relevant = "\n".join(line for line in last.text.splitlines()
-                                     if "topic=" in line and not line.startswith("#"))
-                raise AssertionError(f"metric condition not met within {timeout} s; "
-                                     f"per-topic series were:\n{relevant[:4000]}")
-            time.sleep(interval)
+        """Poll /metrics until `predicate` returns something truthy, and return it; failing,
+        show the per-topic series of the last scrape."""
+        scraped: list[Metrics] = []
+
+        def probe() -> T:
+            scraped[:] = [self.metrics()]
+            return predicate(scraped[0])
+
+        def per_topic_series() -> str:
+            relevant = "\n".join(line for line in scraped[0].text.splitlines()
+                                 if "topic=" in line and not line.startswith("#"))
+            return f"per-topic series were:\n{relevant[:4000]}"
+
+        return poll(probe, "metric condition", timeout, interval, show=per_topic_series)
 
     def wait_for_backlog(self, topic: str, subscription: str, expected: float,
                          timeout: float = 15.0) -> float:

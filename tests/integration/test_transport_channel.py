@@ -24,6 +24,7 @@ from exporter.transport.channel import (
 from exporter.transport.codec import Entry, Rates, WireReport, decode, encode
 from exporter.transport.gate import Admitted, Own, PeerGate
 from tests.harness.pulsar import PulsarLite, free_port, pulsar_lite_fixture
+from tests.harness.wait import poll
 
 pulsar_lite = pulsar_lite_fixture()
 FAST = {"backoff_initial": 0.2, "backoff_max": 1.0}
@@ -33,20 +34,16 @@ def _topic() -> str:
     return f"non-persistent://public/default/usage-{uuid.uuid4().hex[:8]}"
 
 
-def _until(condition: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
-    return True
-
-
 def _collect(channel: UsageChannel, wanted: set[bytes], timeout: float = 10.0) -> list[bytes]:
-    """Drain until every wanted payload has arrived (or time runs out); all drained."""
+    """Drain until every wanted payload has arrived; all drained."""
     seen: list[bytes] = []
-    _until(lambda: bool(seen.extend(channel.drain()) or wanted <= set(seen)), timeout)
-    return seen
+
+    def drained() -> list[bytes]:
+        seen.extend(channel.drain())
+        return seen
+
+    return poll(drained, f"{sorted(wanted)} received", timeout, interval=0.05,
+                until=lambda got: wanted <= set(got))
 
 
 def _ready(sender: UsageChannel, *receivers: UsageChannel, timeout: float = 10.0) -> None:
@@ -63,7 +60,8 @@ def _ready(sender: UsageChannel, *receivers: UsageChannel, timeout: float = 10.0
             heard[index] = heard.get(index, False) or probe in receiver.drain()
         return len(heard) == len(receivers) and all(heard.values())
 
-    assert _until(everyone_heard, timeout, step=0.1), "receivers never heard the sender"
+    poll(everyone_heard, "every receiver hears the sender", timeout, interval=0.1,
+         show=lambda: f"heard: {heard}")
     time.sleep(0.1)  # the last probes in flight
     for channel in (sender, *receivers):
         channel.drain()
@@ -144,7 +142,7 @@ def test_drain_returns_oldest_first_up_to_the_limit(channels) -> None:
     payloads = [f"p{i}".encode() for i in range(5)]
     for payload in payloads:
         assert sender.send(payload) == Sent()
-    assert _until(lambda: receiver.queued == 5, 10)
+    poll(lambda: receiver.queued, "5 queued", 10, interval=0.05, until=lambda n: n == 5)
     assert receiver.drain(limit=2) == payloads[:2]
     assert receiver.drain() == payloads[2:]
     assert receiver.drain() == []
@@ -157,7 +155,7 @@ def test_the_queue_is_bounded_and_drops_are_counted(channels) -> None:
     payloads = [f"p{i:02d}".encode() for i in range(12)]
     for payload in payloads:
         assert sender.send(payload) == Sent()
-    assert _until(lambda: receiver.dropped == 7, 10), receiver.dropped
+    poll(lambda: receiver.dropped, "7 dropped", 10, interval=0.05, until=lambda n: n == 7)
     assert receiver.drain() == payloads[-5:]  # the newest are kept
 
 
@@ -198,18 +196,19 @@ def test_broker_loss_gives_not_sent_and_a_restart_reconnects(tmp_path: Path) -> 
         assert b"before" in _collect(b, {b"before"})
 
         broker.stop()
-        outcomes: list[object] = []
-        assert _until(lambda: outcomes.append(a.send(b"while-down")) or
-                      isinstance(outcomes[-1], NotSent), 15)
-        assert isinstance(outcomes[-1], NotSent)
-        assert outcomes[-1].reason in {SendFailure.NOT_CONNECTED, SendFailure.TIMEOUT}
+        refused = poll(lambda: a.send(b"while-down"), "a send refused, the broker down", 15,
+                       interval=0.05, until=lambda outcome: isinstance(outcome, NotSent))
+        assert isinstance(refused, NotSent)
+        assert refused.reason in {SendFailure.NOT_CONNECTED, SendFailure.TIMEOUT}
         # Keep the broker down until both channels have torn their connection down (a
         # short outage can also be ridden out by pulsar-client's own reconnection).
-        assert _until(lambda: a.losses >= 1 and b.losses >= 1, 15)
+        poll(lambda: (a.losses, b.losses), "both connections lost", 15, interval=0.05,
+             until=lambda losses: min(losses) >= 1)
         assert not a.connected and not b.connected
 
         broker.start()  # same data dir and ports
-        assert _until(lambda: a.connected and b.connected, 30), (a.reconnects, b.reconnects)
+        poll(lambda: a.connected and b.connected, "both reconnected", 30, interval=0.05,
+             show=lambda: f"reconnects: {a.reconnects}, {b.reconnects}")
         assert a.reconnects == 1 and b.reconnects == 1
         _ready(a, b)
         assert a.send(b"after") == Sent()
