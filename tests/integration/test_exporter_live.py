@@ -15,6 +15,7 @@ import pytest
 from exporter.app import Exporter
 from exporter.config import BacklogQuota, RetentionPolicy, parse
 from exporter.embedded import EmbeddedBroker
+from tests.harness.wait import poll
 
 TOPIC = "persistent://public/live/stalled"
 
@@ -54,14 +55,11 @@ def _broker_backlog(broker: EmbeddedBroker, subscription: str) -> float | None:
     return None
 
 
-def _wait(predicate, timeout: float = 20.0, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    return predicate()
+def _wait_backlog(broker: EmbeddedBroker, messages: int, timeout: float = 20.0) -> None:
+    """Until the broker's own gauge (refreshed about every 5 s) shows `messages` of backlog
+    on the stalled subscription; an absent series counts as 0."""
+    poll(lambda: _broker_backlog(broker, "stalled-sub"), f"a backlog of {messages} on the broker",
+         timeout, until=lambda backlog: (backlog or 0) == messages)
 
 
 @pytest.fixture()
@@ -83,7 +81,7 @@ def _stall(broker: EmbeddedBroker, messages: int) -> None:
 
 def test_backlog_age_grows_with_wall_time_and_time_eviction_moves_the_cursor(broker):
     _stall(broker, 40)
-    assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == 40)
+    _wait_backlog(broker, 40)
     exporter = Exporter(_config(broker, enforce=True))
     try:
         first = exporter.cycle()
@@ -105,7 +103,7 @@ def test_backlog_age_grows_with_wall_time_and_time_eviction_moves_the_cursor(bro
         evicted = _sample(report.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
                           topic=TOPIC, quota_type="time")
         assert evicted == 1, report.status
-        assert _wait(lambda: (_broker_backlog(broker, "stalled-sub") or 0) == 0, timeout=20)
+        _wait_backlog(broker, 0)
         later = exporter.cycle()
         assert _sample(later.body, "pulsar_storage_backlog_age_seconds", topic=TOPIC) == 0
     finally:
@@ -114,7 +112,7 @@ def test_backlog_age_grows_with_wall_time_and_time_eviction_moves_the_cursor(bro
 
 def test_dry_run_moves_nothing_and_counts_would_evict(broker):
     _stall(broker, 10)
-    assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == 10)
+    _wait_backlog(broker, 10)
     exporter = Exporter(_config(broker, enforce=False, limit_time="1s"))
     try:
         exporter.cycle()
@@ -132,7 +130,7 @@ def test_dry_run_moves_nothing_and_counts_would_evict(broker):
 
 def test_broker_restart_keeps_last_metrics_marks_source_down_and_recovers(broker):
     _stall(broker, 5)
-    assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == 5)
+    _wait_backlog(broker, 5)
     exporter = Exporter(_config(broker, enforce=False, limit_time="1h"))
     try:
         good = exporter.cycle()
@@ -150,7 +148,7 @@ def test_broker_restart_keeps_last_metrics_marks_source_down_and_recovers(broker
         broker.start()
         # pulsar-lite loads topics lazily after a restart: attach once so it reports it again
         _stall(broker, 0)
-        assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == 5)
+        _wait_backlog(broker, 5)
         up = exporter.cycle()
         assert _sample(up.body, "pulsar_quota_exporter_source_up") == 1
         assert _sample(up.body, "pulsar_storage_backlog_quota_limit_time", topic=TOPIC) == 3600
@@ -184,7 +182,7 @@ def _stall_sized(broker: EmbeddedBroker) -> float:
             producer.send(str(i).encode().ljust(SIZE_PAYLOAD, b"."))
     finally:
         client.close()
-    assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == SIZE_MESSAGES)
+    _wait_backlog(broker, SIZE_MESSAGES)
     text = urllib.request.urlopen(broker.metrics_url, timeout=5).read().decode()
     counters = {name: _sample(text.encode(), name, topic="stalled")
                 for name in ("pulsar_in_bytes_total", "pulsar_in_messages_total")}
@@ -203,8 +201,7 @@ def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_the_limit(brok
         assert evicted == 1, report.status
         # The broker's own gauge: at the limit or below, and not a message further.
         fits = int(SIZE_LIMIT // per_message)
-        assert _wait(lambda: _broker_backlog(broker, "stalled-sub") == fits, timeout=20), (
-            _broker_backlog(broker, "stalled-sub"), fits)
+        _wait_backlog(broker, fits)
         assert _broker_backlog(broker, "stalled-sub") * per_message <= SIZE_LIMIT
         # Within its quota now: the next cycles evict nothing more.
         later = exporter.cycle()
