@@ -11,7 +11,6 @@ on loopback: the recorded Apache Pulsar body, two synthetic brokers, and one of 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 import yaml
 
 from tests.harness import spark_cluster
+from tests.harness.exporter_process import run_cli
 from tests.harness.fixtures import FIXTURES
 from tests.harness.loopback import LoopbackHTTP
 from tests.harness.synthetic import BodySpec, body_text, expected_totals
@@ -78,9 +78,8 @@ def _check(brokers: str, master: str, tmp: Path) -> dict:
     }
     path = tmp / f"{uuid.uuid4().hex}.yaml"
     path.write_text(yaml.safe_dump(config))
-    done = subprocess.run(
-        [sys.executable, "-m", "exporter", "check", "--config.file", str(path), "--once",
-         "--format", "json"], capture_output=True, text=True, timeout=400, cwd=tmp)
+    done = run_cli("check", "--config.file", path, "--once", "--format", "json", cwd=tmp,
+                   timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
