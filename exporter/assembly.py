@@ -11,6 +11,7 @@ from exporter.exchange import UsageExchange
 from exporter.sources.brokerreports import BrokerReports
 from exporter.sources.brokerreports import broker_reports_for as reports_reader
 from exporter.sources.collector import SourceCollector
+from exporter.transport.client import client_options
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def collector_for(config: Config) -> SourceCollector:
 def broker_reports_for(config: Config) -> BrokerReports | None:
     engine = config.resource_group_engine
     return reports_reader(config.sources.service_url, engine.broker_reports_topic,
-                          engine.stale_after)
+                          engine.stale_after, client_options=client_options(config.sources))
 
 
 def exchange_for(config: Config, clock: Callable[[], float]) -> UsageExchange | None:
@@ -40,5 +41,6 @@ def exchange_for(config: Config, clock: Callable[[], float]) -> UsageExchange | 
     from exporter.transport.channel import UsageChannel
 
     engine = config.resource_group_engine
-    channel = UsageChannel(config.sources.service_url, engine.topic, engine.participant)
+    channel = UsageChannel(config.sources.service_url, engine.topic, engine.participant,
+                           client_options=client_options(config.sources))
     return UsageExchange(config, channel, clock)

@@ -126,9 +126,30 @@ class LoadManager:
 
 
 @dataclass(frozen=True)
+class TlsClient:
+    """A client's TLS (`tls_config`, Prometheus' names). Files are read when the config is
+    loaded (and on every reload): the broker fetches run in Spark tasks, which may be on
+    machines without them. The paths stay for pulsar-client, which wants files."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None  # the name the certificate must carry (and SNI)
+    insecure_skip_verify: bool = False
+    # The files' contents (configauth.py); `yaml: None`: no key of their own.
+    ca_pem: str | None = field(default=None, repr=False, metadata={"yaml": None})
+    cert_pem: str | None = field(default=None, repr=False, metadata={"yaml": None})
+    key_pem: str | None = field(default=None, repr=False, metadata={"yaml": None})
+
+
+@dataclass(frozen=True)
 class BrokerSource:
     url: str
     timeout: float = 10.0
+    # The Authorization header, from `authorization` or `basic_auth` (configauth.py);
+    # never printed. The reference file shows both keys.
+    authorization: str | None = field(default=None, repr=False, metadata={"yaml": None})
+    tls: TlsClient | None = field(default=None, metadata={"yaml": "tls_config"})
 
 
 @dataclass(frozen=True)
@@ -145,6 +166,8 @@ class Sources:
     brokers: tuple[BrokerSource, ...] = ()
     admin: AdminSource | None = None
     service_url: str | None = None  # pulsar://host:6650: evictions and the usage-report topic
+    service_token_file: str | None = None  # Pulsar token authentication, re-read per connection
+    service_tls: TlsClient | None = field(default=None, metadata={"yaml": "service_tls_config"})
 
 
 @dataclass(frozen=True)

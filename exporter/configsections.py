@@ -10,6 +10,7 @@ import socket
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from exporter import configauth as auth
 from exporter import configvalues as cv
 from exporter.configmodel import (
     AdminSource,
@@ -32,11 +33,13 @@ from exporter.units import format_duration
 
 
 def sources(r: Reader, value: object, path: str) -> Sources:
-    m = r.mapping(value, path, schema_keys(Sources))
+    m = r.mapping(value, path, ("brokers", "admin", "service_url", "service_token_file",
+                                "service_tls_config"))
     brokers: list[BrokerSource] = []
     seen: dict[str, str] = {}
     for bpath, item in r.items(m.get("brokers"), f"{path}.brokers"):
-        b = r.mapping(item, bpath, schema_keys(BrokerSource), nullable=False)
+        b = r.mapping(item, bpath, ("url", "timeout", "authorization", "basic_auth",
+                                    "tls_config"), nullable=False)
         if isinstance(item, dict) and "url" not in b:
             r.error(f"{bpath}.url", "required: the broker's /metrics URL")
         url = r.get(b, "url", bpath, cv.url("http", "https"), None)
@@ -45,7 +48,10 @@ def sources(r: Reader, value: object, path: str) -> Sources:
             r.error(f"{bpath}.url", f"'{url}' is already listed at {seen[url]}")
         elif url is not None:
             seen[url] = f"{bpath}.url"
-            brokers.append(BrokerSource(url=url, timeout=timeout))
+            brokers.append(BrokerSource(url=url, timeout=timeout,
+                                        authorization=auth.authorization(r, b, bpath),
+                                        tls=auth.tls_config(r, b.get("tls_config"),
+                                                            f"{bpath}.tls_config")))
     if not m.get("brokers"):
         r.error(f"{path}.brokers", "at least one broker /metrics URL is required")
     admin = None
@@ -63,7 +69,14 @@ def sources(r: Reader, value: object, path: str) -> Sources:
             ),
         )
     service_url = r.get(m, "service_url", path, cv.url("pulsar", "pulsar+ssl"), None)
-    return Sources(brokers=tuple(brokers), admin=admin, service_url=service_url)
+    token_file = r.get(m, "service_token_file", path, cv.string, None)
+    auth.secret(r, f"{path}.service_token_file", token_file)  # readable now, re-read later
+    tls = auth.tls_config(r, m.get("service_tls_config"), f"{path}.service_tls_config")
+    if tls is not None and tls.server_name is not None:
+        r.error(f"{path}.service_tls_config.server_name",
+                "not supported by the Pulsar client: it verifies the service URL's host")
+    return Sources(brokers=tuple(brokers), admin=admin, service_url=service_url,
+                   service_token_file=token_file, service_tls=tls)
 
 
 def backlog_quotas(r: Reader, value: object, path: str) -> BacklogQuotas:

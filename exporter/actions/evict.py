@@ -40,13 +40,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import pulsar
 
 from exporter.catalogue import QUOTA_TYPES
-from exporter.config import AdminSource, Config
+from exporter.config import AdminSource, BrokerSource, Config
+from exporter.sources.brokers import classify, stream
+from exporter.sources.model import ScrapeError
+from exporter.transport.client import client_options
 
 log = logging.getLogger(__name__)
 _CLIENT_LOG = logging.getLogger(__name__ + ".client")  # the C++ client's own chatter
@@ -225,29 +228,39 @@ def parse_consumer_counts(lines: Iterator[bytes]) -> dict[tuple[str, str], int]:
     return counts
 
 
-class MetricsProbe:
-    """Reads the brokers' /metrics once per batch. Gauges there lag by up to a refresh
-    interval (about 5 s on pulsar-lite), so a brand-new consumer may not be seen yet; Apache
-    Pulsar then still refuses our Shared attach with ConsumerBusy."""
+_PROBE_REASONS = {ScrapeError.TIMEOUT: EvictionFailure.TIMEOUT,
+                  ScrapeError.REFUSED: EvictionFailure.BROKER_ERROR,
+                  ScrapeError.HTTP_ERROR: EvictionFailure.BROKER_ERROR}
 
-    def __init__(self, urls: Sequence[str], timeout: float = 5.0):
-        self._urls = tuple(urls)
+
+class MetricsProbe:
+    """Reads the brokers' /metrics once per batch, through the same fetch as the cycle's
+    (sources/brokers.py: its deadline, authorization and TLS). Gauges there lag by up to a
+    refresh interval (about 5 s on pulsar-lite), so a brand-new consumer may not be seen
+    yet; Apache Pulsar then still refuses our Shared attach with ConsumerBusy."""
+
+    def __init__(self, sources: Sequence[BrokerSource], timeout: float = 5.0):
+        self._sources = tuple(sources)
         self._timeout = timeout
 
     def states(self) -> Callable[[str, str], SubscriptionState]:
         counts: dict[tuple[str, str], int] = {}
         errors: list[tuple[EvictionFailure, str]] = []
-        for url in self._urls:
+        for source in self._sources:
+            deadline = time.monotonic() + min(self._timeout, source.timeout)
             try:
-                with urllib.request.urlopen(url, timeout=self._timeout) as resp:
-                    counts.update(parse_consumer_counts(iter(resp)))
-            except (OSError, ValueError, http.client.HTTPException) as exc:
-                errors.append(_http_failure(exc, url))
+                body = b"".join(stream(source, deadline))
+            except Exception as exc:  # classified: a probe failure is a reason, not a crash
+                failed = classify(exc)
+                errors.append((_PROBE_REASONS.get(failed.reason, EvictionFailure.OTHER),
+                               f"{source.url}: {failed.detail}"))
+                continue
+            counts.update(parse_consumer_counts(iter(body.splitlines())))
 
         def state(topic: str, subscription: str) -> SubscriptionState:
             if (topic, subscription) in counts:
                 return Present(counts[(topic, subscription)])
-            if errors or not self._urls:
+            if errors or not self._sources:
                 reason, detail = errors[0] if errors else (
                     EvictionFailure.OTHER, "no broker /metrics source to probe")
                 return Unreachable(reason, f"cannot tell whether it exists: {detail}")
@@ -281,8 +294,11 @@ class BinaryEvictor:
     subscription (Present.type == "Shared"); otherwise Skipped(consumer_connected)."""
 
     def __init__(self, service_url: str, probe: SubscriptionProbe, *, timeout: float = 5.0,
-                 budget: float = 5.0, idle_wait: float = 1.0):
+                 budget: float = 5.0, idle_wait: float = 1.0,
+                 client_options: Mapping[str, Any] | None = None):
+        """`client_options`: pulsar.Client's authentication and TLS (transport/client.py)."""
         self._url = service_url
+        self._client_options = dict(client_options or {})
         self._probe = probe
         self._timeout = timeout  # per broker operation
         self._budget = budget  # per order, for acknowledging message by message
@@ -295,7 +311,8 @@ class BinaryEvictor:
         try:
             client = pulsar.Client(
                 self._url, operation_timeout_seconds=max(1, math.ceil(self._timeout)),
-                connection_timeout_ms=int(self._timeout * 1000), logger=_CLIENT_LOG)
+                connection_timeout_ms=int(self._timeout * 1000), logger=_CLIENT_LOG,
+                **self._client_options)
         except (ValueError, pulsar.PulsarException) as exc:
             return tuple(EvictionFailed(o, EvictionFailure.OTHER, f"service_url: {exc}")
                          for o in orders)
@@ -526,6 +543,7 @@ def evictor_for(config: Config, *, timeout: float = 5.0) -> Evictor:
     if sources.admin is not None:
         return AdminEvictor(sources.admin)
     if sources.service_url:
-        probe = MetricsProbe([b.url for b in sources.brokers], timeout=timeout)
-        return BinaryEvictor(sources.service_url, probe, timeout=timeout)
+        probe = MetricsProbe(sources.brokers, timeout=timeout)
+        return BinaryEvictor(sources.service_url, probe, timeout=timeout,
+                             client_options=client_options(sources))
     return Unconfigured()

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from exporter.configmodel import MonitoringClass
 from exporter.transport.pulsarwire import NetworkUsage, Undecodable, WireError, decode
@@ -114,12 +114,15 @@ class BrokerReports:
 
 
 def broker_reports_for(service_url: str | None, topic: str | None, stale_after: float,
-                       channel: Callable[..., PayloadSource] | None = None
+                       channel: Callable[..., PayloadSource] | None = None,
+                       client_options: Mapping[str, Any] | None = None,
                        ) -> BrokerReports | None:
-    """A reader of `topic`, when there is a broker to read it from and a topic to read."""
+    """A reader of `topic`, when there is a broker to read it from and a topic to read;
+    `client_options`: pulsar.Client's authentication and TLS (transport/client.py)."""
     if service_url is None or not topic:
         return None
     if channel is None:
         from exporter.transport.channel import UsageChannel as channel
-    return BrokerReports(channel(service_url, topic, "broker-reports", read_only=True),
-                         stale_after=stale_after)
+    extra = {"client_options": client_options} if client_options else {}
+    return BrokerReports(channel(service_url, topic, "broker-reports", read_only=True,
+                                 **extra), stale_after=stale_after)

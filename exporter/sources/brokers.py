@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import base64
 import codecs
+import functools
 import http.client
 import json
 import ssl
+import tempfile
 import time
 import urllib.error
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from exporter.config import BrokerSource
+from exporter.configmodel import TlsClient
 from exporter.sources.model import ScrapeError, SourceHealth, SourceKind
 
 CHUNK_BYTES = 1 << 16
@@ -149,19 +153,62 @@ def sniff(head: bytes, total_bytes: int) -> str | None:
 # --- one fetch -----------------------------------------------------------------------------
 
 
-def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str, dict]:
-    parts = urlsplit(url)
+class _HTTPS(http.client.HTTPSConnection):
+    """HTTPS naming `server_name` (SNI and the certificate check) instead of the URL's host,
+    as Prometheus' `tls_config.server_name` does: brokers are often scraped by address."""
+
+    def __init__(self, host: str, port: int | None, *, timeout: float,
+                 context: ssl.SSLContext, server_name: str | None):
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._server_name = server_name or host
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._context.wrap_socket(  # type: ignore[attr-defined]
+            self.sock, server_hostname=self._server_name)
+
+
+@functools.lru_cache(maxsize=64)
+def tls_context(tls: TlsClient | None) -> ssl.SSLContext:
+    """The client context for `tls` (cached per task process: a fleet reuses a handful).
+    The client certificate and key come as PEM text (read with the config on the driver);
+    `ssl` loads them only from files, so they pass through a private temporary directory
+    that is removed at once."""
+    context = ssl.create_default_context(cadata=tls.ca_pem if tls and tls.ca_pem else None)
+    if tls is None:
+        return context
+    if tls.insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if tls.cert_pem and tls.key_pem:
+        with tempfile.TemporaryDirectory(prefix="pqe-tls-") as scratch:
+            cert, key = Path(scratch, "cert.pem"), Path(scratch, "key.pem")
+            for path, text in ((cert, tls.cert_pem), (key, tls.key_pem)):
+                path.touch(mode=0o600)
+                path.write_text(text)
+            context.load_cert_chain(cert, key)
+    return context
+
+
+def _connection(source: BrokerSource, timeout: float,
+                ) -> tuple[http.client.HTTPConnection, str, dict]:
+    parts = urlsplit(source.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise FetchFailure(ScrapeError.OTHER, f"unsupported URL {url!r}")
+        raise FetchFailure(ScrapeError.OTHER, f"unsupported URL {source.url!r}")
     headers = {"Accept-Encoding": "gzip", "Accept": _ACCEPT, "User-Agent": _USER_AGENT}
-    if parts.username is not None:
+    if source.authorization is not None:
+        headers["Authorization"] = source.authorization
+    elif parts.username is not None:
         creds = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(creds.encode()).decode()
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=timeout, context=ssl.create_default_context()
-        )
+        try:
+            context = tls_context(source.tls)
+        except (ssl.SSLError, ValueError) as exc:
+            raise FetchFailure(ScrapeError.TLS, f"tls_config: {exc}") from exc
+        conn = _HTTPS(parts.hostname, parts.port, timeout=timeout, context=context,
+                      server_name=source.tls.server_name if source.tls else None)
     else:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -181,7 +228,7 @@ def stream(source: BrokerSource, deadline: float) -> Iterator[bytes]:
             raise FetchFailure(ScrapeError.TIMEOUT, f"no complete body within {source.timeout}s")
         return left
 
-    conn, target, headers = _connection(source.url, min(source.timeout, remaining()))
+    conn, target, headers = _connection(source, min(source.timeout, remaining()))
     resp: http.client.HTTPResponse | None = None
     try:
         conn.request("GET", target, headers=headers)

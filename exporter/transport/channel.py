@@ -26,9 +26,10 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import pulsar
 
@@ -136,6 +137,7 @@ class UsageChannel:
         operation_timeout: float = 3.0,
         poll_interval: float = 0.2,
         read_only: bool = False,
+        client_options: Mapping[str, Any] | None = None,
     ):
         if max_queued < 1:
             raise ValueError(f"max_queued must be ≥ 1, got {max_queued}")
@@ -143,6 +145,7 @@ class UsageChannel:
         self.topic = topic
         self.participant = participant
         self.read_only = read_only  # a reader only (another party's topic): send refuses
+        self._client_options = dict(client_options or {})  # authentication, TLS (client.py)
         self.losses = 0  # live connections found lost and torn down
         self.reconnects = 0  # connections re-established after a loss
         self.connect_failures = 0  # attempts that failed
@@ -310,6 +313,7 @@ class UsageChannel:
             operation_timeout_seconds=self._operation_timeout,
             connection_timeout_ms=self._operation_timeout * 1000,
             logger=CLIENT_LOG,
+            **self._client_options,
         )
         try:
             producer = None if self.read_only else client.create_producer(

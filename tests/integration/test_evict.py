@@ -68,7 +68,8 @@ def workload(pulsar_lite: PulsarLite) -> Workload:
 
 
 def _evictor(broker: PulsarLite) -> BinaryEvictor:
-    return BinaryEvictor(broker.service_url, MetricsProbe([broker.metrics_url]), timeout=3.0)
+    probe = MetricsProbe([BrokerSource(broker.metrics_url)])
+    return BinaryEvictor(broker.service_url, probe, timeout=3.0)
 
 
 def _head(broker: PulsarLite, topic: str, subscription: str) -> int:
@@ -159,7 +160,7 @@ def test_broker_down_fails_quickly(tmp_path: Path) -> None:
 
 
 def test_probe_reads_the_real_consumer_counts(pulsar_lite: PulsarLite, workload: Workload) -> None:
-    state = MetricsProbe([pulsar_lite.metrics_url]).states()
+    state = MetricsProbe([BrokerSource(pulsar_lite.metrics_url)]).states()
     assert state(workload.topic, "size") == Present(0)
     assert state(workload.topic, "nope") == Absent()
 

@@ -1,0 +1,86 @@
+"""Credentials and TLS blocks of the config: `authorization`, `basic_auth` and `tls_config`
+with Prometheus' scrape-config names, for broker /metrics endpoints and the Pulsar client.
+
+Secrets come from files only (never inline, so the YAML can be shared), read when the
+config is loaded or reloaded; an unreadable file is a config error naming its key path. A
+secret's content never appears in an error, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from exporter import configvalues as cv
+from exporter.configmodel import TlsClient
+from exporter.configreader import Reader
+
+TLS_KEYS = ("ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify")
+
+
+def _read(r: Reader, path: str, file: str | None, *, strip: bool = False) -> str | None:
+    if file is None:
+        return None
+    try:
+        text = Path(file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        r.error(path, f"cannot read {file!r}: {getattr(exc, 'strerror', None) or exc}")
+        return None
+    return text.strip() if strip else text
+
+
+def secret(r: Reader, path: str, file: str | None) -> str | None:
+    """A credentials file's content, stripped of surrounding whitespace (a trailing newline
+    is no part of a token or password); an empty one is an error."""
+    content = _read(r, path, file, strip=True)
+    if content == "":
+        r.error(path, f"{file!r} is empty")
+        return None
+    return content
+
+
+def authorization(r: Reader, m: dict[str, object], path: str) -> str | None:
+    """`authorization: {type, credentials_file}` or `basic_auth: {username, password_file}`
+    → the Authorization header's value, or None when neither is given."""
+    if "authorization" in m and "basic_auth" in m:
+        r.error(path, "give authorization or basic_auth, not both")
+        return None
+    if "authorization" in m:
+        apath = f"{path}.authorization"
+        a = r.mapping(m["authorization"], apath, ("type", "credentials_file"), nullable=False)
+        kind = r.get(a, "type", apath, cv.string, "Bearer")
+        if "credentials_file" not in a:
+            r.error(f"{apath}.credentials_file", "required: a file holding the credentials")
+        value = secret(r, f"{apath}.credentials_file",
+                       r.get(a, "credentials_file", apath, cv.string, None))
+        return f"{kind} {value}" if value else None
+    if "basic_auth" in m:
+        bpath = f"{path}.basic_auth"
+        b = r.mapping(m["basic_auth"], bpath, ("username", "password_file"), nullable=False)
+        for key in ("username", "password_file"):
+            if key not in b:
+                r.error(f"{bpath}.{key}", "required")
+        user = r.get(b, "username", bpath, cv.string, None)
+        password = secret(r, f"{bpath}.password_file",
+                          r.get(b, "password_file", bpath, cv.string, None))
+        if user is None or password is None:
+            return None
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    return None
+
+
+def tls_config(r: Reader, value: object, path: str) -> TlsClient | None:
+    if value is None:
+        return None
+    t = r.mapping(value, path, TLS_KEYS, nullable=False)
+    files = {key: r.get(t, key, path, cv.string, None) for key in TLS_KEYS[:3]}
+    if (files["cert_file"] is None) != (files["key_file"] is None):
+        r.error(path, "cert_file and key_file go together (a client certificate and its key)")
+    return TlsClient(
+        **files,
+        server_name=r.get(t, "server_name", path, cv.string, None),
+        insecure_skip_verify=r.get(t, "insecure_skip_verify", path, cv.boolean, False),
+        ca_pem=_read(r, f"{path}.ca_file", files["ca_file"]),
+        cert_pem=_read(r, f"{path}.cert_file", files["cert_file"]),
+        key_pem=_read(r, f"{path}.key_file", files["key_file"]),
+    )
