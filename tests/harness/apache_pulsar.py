@@ -20,6 +20,9 @@ code accounts for:
   hang meanwhile. Tests here let the broker evict by time only.
 - Ready means `GET /admin/v2/clusters` lists the cluster and `GET /admin/v2/brokers/ready`
   answers 200: the web service answers the former while the broker is still starting.
+- With `otel=True` the broker also serves OpenTelemetry's Prometheus exposition, on a port of
+  its own (`otel_metrics_url`; ready once it answers too). `OTEL_*` variables of the
+  caller's environment never reach the broker, with or without it.
 The configuration is the shipped `conf/standalone.conf` with our keys replacing its own
 (`STANDALONE_OVERRIDES`): loopback, one bookie, no default backlog quota, backlog-quota
 checks every 2 s in precise time mode (PIP-323), topic-level metrics, small caches.
@@ -48,7 +51,7 @@ from tests.harness.pulsar import Metrics
 from tests.harness.wait import poll
 from tests.harness.workload import Workload
 
-__all__ = ["STANDALONE_OVERRIDES", "VERSION", "ApachePulsar", "ApachePulsarMissing",
+__all__ = ["OTEL_ENV", "STANDALONE_OVERRIDES", "VERSION", "ApachePulsar", "ApachePulsarMissing",
            "BrokerFailed", "apache_pulsar_fixture", "poll"]
 
 T = TypeVar("T")
@@ -78,6 +81,19 @@ STANDALONE_OVERRIDES: Mapping[str, str] = {
 }
 
 
+# OpenTelemetry (PIP-264), off unless asked for: Pulsar's OpenTelemetryService defaults
+# `otel.sdk.disabled` to true and reads the rest through the SDK's autoconfiguration, so
+# the JVM's environment turns it on. Metrics only, served by the SDK's Prometheus exporter
+# on loopback (the port is added per broker); no traces or logs exported anywhere.
+OTEL_ENV: Mapping[str, str] = {
+    "OTEL_SDK_DISABLED": "false",
+    "OTEL_METRICS_EXPORTER": "prometheus",
+    "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+    "OTEL_TRACES_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+}
+
+
 class ApachePulsarMissing(FileNotFoundError):
     """No Apache Pulsar install: run `./dev test` (or `python -m
     tests.harness.apache_pulsar_install`). Raised, never skipped over."""
@@ -92,14 +108,15 @@ class ApachePulsar(Workload):
 
     def __init__(self, workdir: Path, *, pulsar_home: Path | None = None, heap: str = "1g",
                  direct_memory: str = "1g", resource_usage_transport: bool = True,
-                 overrides: Mapping[str, str] | None = None) -> None:
+                 otel: bool = False, overrides: Mapping[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
         self.home = pulsar_home or home()
         self.heap, self.direct_memory = heap, direct_memory
         self.resource_usage_transport = resource_usage_transport
+        self.otel = otel
         self.overrides = dict(overrides or {})
         self.cluster = self.overrides.get("clusterName", STANDALONE_OVERRIDES["clusterName"])
-        self.port = self.web_port = self.bookie_port = 0
+        self.port = self.web_port = self.bookie_port = self.otel_port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.start_seconds: float | None = None  # the last start(), both phases
 
@@ -115,6 +132,13 @@ class ApachePulsar(Workload):
     @property
     def metrics_url(self) -> str:
         return f"{self.web_url}/metrics/"
+
+    @property
+    def otel_metrics_url(self) -> str:
+        """The OpenTelemetry SDK's Prometheus exporter (`otel=True` only)."""
+        if not self.otel:
+            raise ValueError("this broker runs without OpenTelemetry (otel=False)")
+        return f"http://127.0.0.1:{self.otel_port}/metrics"
 
     @property
     def log_path(self) -> Path:
@@ -145,7 +169,7 @@ class ApachePulsar(Workload):
         began = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not self.port:
-            self.port, self.web_port, self.bookie_port = free_ports(3)
+            self.port, self.web_port, self.bookie_port, self.otel_port = free_ports(4)
         deadline = began + timeout
         fresh = not (self.workdir / "data").exists()
         if self.resource_usage_transport and fresh:
@@ -170,7 +194,9 @@ class ApachePulsar(Workload):
 
     def _launch(self, *, transport: bool, deadline: float) -> None:
         data = self.workdir / "data"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PULSAR_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "OTEL_"))}
+        if self.otel:
+            env.update(OTEL_ENV, OTEL_EXPORTER_PROMETHEUS_PORT=str(self.otel_port))
         env.update(
             PULSAR_STANDALONE_CONF=str(self._conf(transport)),
             PULSAR_LOG_DIR=str(self.workdir / "logs"),
@@ -201,7 +227,8 @@ class ApachePulsar(Workload):
                                    f"{self.log_tail()}")
             with contextlib.suppress(OSError, ValueError):
                 if (self.cluster in self.admin("GET", "/admin/v2/clusters", timeout=2)
-                        and self._answers("/admin/v2/brokers/ready")):
+                        and self._answers(self.web_url + "/admin/v2/brokers/ready")
+                        and (not self.otel or self._answers(self.otel_metrics_url))):
                     return
             if time.monotonic() >= deadline:
                 raise BrokerFailed(f"Apache Pulsar not ready on {self.web_url} in time (GET "
@@ -209,12 +236,13 @@ class ApachePulsar(Workload):
                                    f"{self.log_tail()}")
             time.sleep(0.25)
 
-    def _answers(self, path: str) -> bool:
-        """200 from `path`. The web service answers /admin/v2/clusters before
+    @staticmethod
+    def _answers(url: str) -> bool:
+        """200 from `url`. The web service answers /admin/v2/clusters before
         `PulsarService.start()` has finished (state Init, seconds more with the usage
         transport); /admin/v2/brokers/ready says 200 only once it is Started."""
         try:
-            with urllib.request.urlopen(self.web_url + path, timeout=2) as resp:
+            with urllib.request.urlopen(url, timeout=2) as resp:
                 return resp.status == 200
         except OSError:
             return False
@@ -290,6 +318,13 @@ class ApachePulsar(Workload):
 
     def metrics(self) -> Metrics:
         return Metrics(self.metrics_text())
+
+    def otel_metrics_text(self) -> str:
+        with urllib.request.urlopen(self.otel_metrics_url, timeout=30) as resp:
+            return resp.read().decode("utf-8")
+
+    def otel_metrics(self) -> Metrics:
+        return Metrics(self.otel_metrics_text())
 
 
 def apache_pulsar_fixture(scope: str = "session", **options: Any):
