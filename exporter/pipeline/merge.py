@@ -6,6 +6,12 @@ rows per topic, not per sample. Rules (schemas and units: model.py):
 
 - a topic reported by two brokers keeps one report (largest msg_in_total, ties to the
   smaller source) and only that broker's subscriptions of it: never double-counted;
+- a body that printed only OpenTelemetry families (`SOURCE_USAGE.otel_only`: a broker's
+  second exposition, listed as one more broker URL; pipeline/otel.py) is no broker: its
+  report of a topic is kept only where no classic body reported the topic, and it counts
+  in no namespace, bundle or broker row. So the two bodies of one broker never count a
+  topic twice, even when its classic exposition has topic-level series off (namespace
+  series there, the topics' ages from OpenTelemetry);
 - a namespace sums its topics per broker; a broker with topic-level metrics off
   contributes its own namespace-level series instead (Apache Pulsar prints one or the
   other, NamespaceStatsAggregator.generate); brokers are then summed;
@@ -76,17 +82,21 @@ def merge(
     sources = sorted({source for source, _ in tables})
     if malformed is None:
         malformed = {source: t.malformed for source, t in tables}
+    usage = {s: t.usage.to_pylist()[0] if t.usage.num_rows else {} for s, t in tables}
+    otel = {s for s, row in usage.items() if row.get("otel_only")}
     all_topics = _with_source([(s, t.topics) for s, t in tables])
+    all_topics = all_topics.append_column(
+        "otel_only", pc.is_in(all_topics["source"], pa.array(sorted(otel), pa.string())))
     topics = _dedup(all_topics)
+    brokered = topics.filter(pc.invert(topics["otel_only"]))
     owned = _with_source([(s, t.subscriptions) for s, t in tables]).join(
         topics.select(["source", "topic"]), ["source", "topic"], join_type="left semi",
         use_threads=False)
-    per_source = _namespaces_per_source(topics, _with_source(
+    per_source = _namespaces_per_source(brokered, _with_source(
         [(s, t.namespaces) for s, t in tables]))
     namespaces = _namespaces(per_source)
-    shares = _bundle_shares(topics, per_source, bundle_ranges(bundles))
-    usage = {s: t.usage.to_pylist()[0] if t.usage.num_rows else {} for s, t in tables}
-    brokers, bundle_table = _load_tables(shares, usage, sources)
+    shares = _bundle_shares(brokered, per_source, bundle_ranges(bundles))
+    brokers, bundle_table = _load_tables(shares, usage, [s for s in sources if s not in otel])
     return Aggregates(
         topics=_shaped(topics.sort_by([("topic", "ascending")]), TOPICS),
         subscriptions=_shaped(owned.sort_by([("topic", "ascending"),
@@ -123,8 +133,10 @@ def _first_per(table: pa.Table, key: str) -> pa.Table:
 
 
 def _dedup(topics: pa.Table) -> pa.Table:
-    """One report per topic: the largest msg_in_total wins, then the smaller source."""
+    """One report per topic: a classic body's before an OpenTelemetry one's, then the
+    largest msg_in_total, then the smaller source."""
     ranked = topics.sort_by([("topic", "ascending", "at_end"),
+                             ("otel_only", "ascending", "at_end"),
                              ("msg_in_total", "descending", "at_end"),
                              ("source", "ascending", "at_end")])
     return _first_per(ranked, "topic")

@@ -86,7 +86,8 @@ TOPICS = pa.schema([
     ("msg_out_total", _F),
     ("bytes_out_total", _F),
     ("storage_size_bytes", _F),  # pulsar_storage_size
-    ("backlog_size_bytes", _F),  # pulsar_storage_backlog_size (Apache Pulsar only)
+    ("backlog_size_bytes", _F),  # pulsar_storage_backlog_size (Apache Pulsar only; its
+    # OpenTelemetry exposition's pulsar_broker_topic_storage_backlog_size_bytes too)
     ("msg_backlog", _F),  # pulsar_msg_backlog
     ("producers", _F),  # pulsar_producers_count
     ("consumers", _F),  # pulsar_consumers_count
@@ -96,7 +97,9 @@ TOPICS = pa.schema([
     ("throughput_in", _F),  # pulsar_throughput_in, bytes/s
     ("throughput_out", _F),  # pulsar_throughput_out, bytes/s
     # PIP-323, Apache Pulsar >= 3.2 only (null elsewhere). The broker prints -1 for an age
-    # it has not measured and for an unlimited quota: kept as printed.
+    # it has not measured and for an unlimited quota: kept as printed. Also read from the
+    # OpenTelemetry exposition (>= 3.3, pipeline/otel.py): pulsar_broker_topic_storage_
+    # backlog_age_seconds, …_backlog_quota_limit_size_bytes, …_limit_time_seconds.
     ("backlog_age_seconds", _F),  # pulsar_storage_backlog_age_seconds, the slowest cursor's
     ("backlog_quota_limit_bytes", _F),  # pulsar_storage_backlog_quota_limit
     ("backlog_quota_limit_seconds", _F),  # pulsar_storage_backlog_quota_limit_time
@@ -185,10 +188,13 @@ SOURCE_NAMESPACES = pa.schema([
     ("topics", _F),  # pulsar_topics_count
     *[f for f in TOPICS if f.name not in ("topic", "namespace", "source", *TOPIC_ONLY)],
 ])
-# One row: the broker-wide pulsar_lb_* gauges (null when the body has none).
+# One row: the broker-wide pulsar_lb_* gauges (null when the body has none), and whether
+# the body printed only OpenTelemetry families (pipeline/otel.py): a broker's second
+# exposition, which merge.py uses for topic values only, never as a broker of its own.
 SOURCE_USAGE = pa.schema([
     ("cluster", _S),
     *[f for f in BROKERS if f.name.endswith("_percent")],
+    ("otel_only", pa.bool_()),
 ])
 
 # Skipped lines per source × reason; every body's source has a row per reason.

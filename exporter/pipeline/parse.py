@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from exporter.names import PARTITION_SUFFIX
 from exporter.pipeline import slices
 from exporter.pipeline.model import TOPIC_ONLY, Level, MalformedReason
+from exporter.pipeline.otel import LABEL_ALIASES, OTEL_TOPIC_FAMILIES
 
 # Families the exporter reads, by the level whose labels they carry (model.Level).
 SUBSCRIPTION_FAMILIES: dict[str, str] = {
@@ -51,7 +52,7 @@ SUBSCRIPTION_FAMILIES: dict[str, str] = {
     "pulsar_subscription_last_acked_timestamp": "last_acked_seconds",
     "pulsar_subscription_last_consumed_timestamp": "last_consumed_seconds",
 }
-TOPIC_FAMILIES: dict[str, str] = {
+CLASSIC_TOPIC_FAMILIES: dict[str, str] = {
     "pulsar_in_messages_total": "msg_in_total",
     "pulsar_in_bytes_total": "bytes_in_total",
     "pulsar_out_messages_total": "msg_out_total",
@@ -72,10 +73,14 @@ TOPIC_FAMILIES: dict[str, str] = {
     "pulsar_storage_backlog_quota_limit": "backlog_quota_limit_bytes",
     "pulsar_storage_backlog_quota_limit_time": "backlog_quota_limit_seconds",
 }
+# The same columns from the OpenTelemetry exposition (otel.py): a column may be filled by
+# a classic family and an OpenTelemetry one.
+TOPIC_FAMILIES: dict[str, str] = {**CLASSIC_TOPIC_FAMILIES, **OTEL_TOPIC_FAMILIES}
 # Apache Pulsar's namespace-level series (topic-level metrics off) use the topic names;
-# ages and limits make no sense summed over a namespace (model.TOPIC_ONLY).
+# ages and limits make no sense summed over a namespace (model.TOPIC_ONLY). OpenTelemetry
+# has no namespace-level backlog series.
 NAMESPACE_FAMILIES: dict[str, str] = {
-    **{f: c for f, c in TOPIC_FAMILIES.items() if c not in TOPIC_ONLY},
+    **{f: c for f, c in CLASSIC_TOPIC_FAMILIES.items() if c not in TOPIC_ONLY},
     "pulsar_topics_count": "topics"}
 # Broker-wide: Apache Pulsar's load-manager resource usage, percent of each limit
 # (`ResourceUsage.percentUsage()`), labelled {cluster, broker=<advertised host>,
@@ -91,10 +96,14 @@ FAMILIES: tuple[str, ...] = tuple(sorted(
     set(SUBSCRIPTION_FAMILIES) | set(TOPIC_FAMILIES) | set(NAMESPACE_FAMILIES)
     | set(BROKER_FAMILIES)))
 
-# Labels read from kept samples; the others are ignored.
+# Labels read from kept samples; the others are ignored. OpenTelemetry's spellings of the
+# same labels fill the same columns (otel.LABEL_ALIASES).
 LABELS = ("cluster", "namespace", "topic", "partition", "subscription",
           "consumer_name", "consumer_id", "remote_cluster")
-assert max(map(len, LABELS)) <= 16, "label names are matched by their first and last 8 bytes"
+_SPELLINGS: dict[str, tuple[str, ...]] = {
+    label: (label, *(o for o, c in LABEL_ALIASES.items() if c == label)) for label in LABELS}
+assert max(len(s) for names in _SPELLINGS.values() for s in names) <= 24, \
+    "label names are matched by their length and bytes 0-8, 8-16 and the last 8"
 
 # --- the text format, in RE2 syntax (linear time: no backtracking to guard against) -------
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -199,9 +208,9 @@ def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndar
     key_from = np.where(first, brace[row] + 1, np.roll(closing, 1) + 1)
     key_start = slices.skip(data, key_from, opening, b" \t,")
     key_end = slices.back(data, opening, key_start, b" \t=")
-    # Label names are compared by their length and first and last 8 bytes: exact for
-    # names of at most 16 bytes (every name read here); duplicates are found by a hash
-    # of the same, each confirmed byte for byte.
+    # Label names are compared by their length and first and last 8 bytes, and bytes 8-16
+    # for a name longer than 16: exact up to 24 bytes (every name read here); duplicates
+    # are found by a hash of the first, each confirmed byte for byte.
     length, head, tail = slices.short_key(data, key_start, key_end)
     word = (head * np.uint64(0x9E3779B97F4A7C15) ^ tail) * np.uint64(0xBF58476D1CE4E5B9) \
         ^ length.astype(np.uint64)
@@ -219,11 +228,10 @@ def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndar
         duplicate[row[x[same(x, x + gap)]]] = True
     columns = {}
     for label in LABELS:
-        want_length, want_head, want_tail = slices.short_key_of(label.encode())
-        hit = np.flatnonzero((head == want_head) & (length == want_length)
-                             & (tail == want_tail))
         pair = np.full(n, -1, np.int64)
-        pair[row[hit]] = hit
+        for spelling in _SPELLINGS[label]:
+            hit = _named(data, key_start, key_end, length, head, tail, spelling.encode())
+            pair[row[hit]] = hit
         present = pair >= 0
         v_start = np.where(present, opening[pair] + 1, 0)
         v_end = np.where(present, closing[pair], 0)
@@ -234,6 +242,16 @@ def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndar
             values = pa.DictionaryArray.from_arrays(values.indices, words)
         columns[label] = values
     return columns, duplicate
+
+
+def _named(data: np.ndarray, key_start: np.ndarray, key_end: np.ndarray, length: np.ndarray,
+           head: np.ndarray, tail: np.ndarray, name: bytes) -> np.ndarray:
+    """Indexes of the label pairs whose name is `name` (at most 24 bytes)."""
+    want_length, want_head, want_tail = slices.short_key_of(name)
+    hit = np.flatnonzero((head == want_head) & (length == want_length) & (tail == want_tail))
+    if want_length > 16 and len(hit):
+        hit = hit[slices.middle(data, key_start[hit], key_end[hit]) == slices.middle_of(name)]
+    return hit
 
 
 # --- keys: computed once per distinct label combination, not per sample -------------------

@@ -26,6 +26,7 @@ from exporter.pipeline.model import (
     Level,
     MalformedReason,
 )
+from exporter.pipeline.otel import OTEL_TOPIC_FAMILIES
 from exporter.pipeline.parse import (
     BROKER_FAMILIES,
     FAMILIES,
@@ -55,6 +56,8 @@ FROM_SUBSCRIPTIONS = {
     "rate_out": "rate_out",
     "throughput_out": "throughput_out",
 }
+_TOPIC_COLUMNS = list(dict.fromkeys(TOPIC_FAMILIES.values()))
+_OTEL_CODES = pa.array([FAMILIES.index(f) for f in OTEL_TOPIC_FAMILIES], pa.int32())
 _F = pa.float64()
 _S = pa.string()
 
@@ -66,7 +69,8 @@ class SourceTables:
     subscriptions: pa.Table  # SOURCE_SUBSCRIPTIONS
     topics: pa.Table  # SOURCE_TOPICS
     namespaces: pa.Table  # SOURCE_NAMESPACES: the broker's own namespace-level series
-    usage: pa.Table  # SOURCE_USAGE: one row (the pulsar_lb_* gauges, null when absent)
+    usage: pa.Table  # SOURCE_USAGE: one row (the pulsar_lb_* gauges, null when absent,
+    # and whether the body is an OpenTelemetry exposition, no broker: see merge.py)
     malformed: Mapping[str, int]  # MalformedReason value → lines
 
 
@@ -95,6 +99,8 @@ def source_tables(parts: Sequence[Parsed]) -> SourceTables:
         for reason, lines in part.malformed.items():
             malformed[reason.value] += lines
     malformed[MalformedReason.UNKEYED_TOPIC.value] += unkeyed(samples)
+    otel = pc.is_in(samples["family"], _OTEL_CODES)
+    otel_only = bool(pc.all(otel).as_py()) and samples.num_rows > 0
     samples = entity_samples(samples)
     subscriptions = _subscriptions(_level(samples, Level.SUBSCRIPTION))
     topics = _topics(_level(samples, Level.TOPIC), subscriptions)
@@ -102,7 +108,7 @@ def source_tables(parts: Sequence[Parsed]) -> SourceTables:
         subscriptions=subscriptions,
         topics=topics,
         namespaces=_namespaces(_level(samples, Level.NAMESPACE)),
-        usage=_usage(_level(samples, Level.BROKER)),
+        usage=_usage(_level(samples, Level.BROKER), otel_only),
         malformed=malformed,
     )
 
@@ -118,20 +124,23 @@ def _level(samples: pa.Table, level: Level) -> pa.Table:
 
 
 def _pivot(samples: pa.Table, keys: Sequence[str], families: Mapping[str, str]) -> pa.Table:
-    """One row per distinct `keys`, one column per family (max of duplicates, null when
-    absent), plus `cluster` (max)."""
+    """One row per distinct `keys`, one column per column named in `families` (the max
+    of the samples of every family naming it: a classic family and its OpenTelemetry
+    twin, printed side by side, agree; null when absent), plus `cluster` (max)."""
     columns = {k: samples[k] for k in keys}
     columns["cluster"] = samples["cluster"]
     family = samples["family"]
-    for name, column in families.items():
-        code = pa.scalar(FAMILIES.index(name), pa.int32())
-        columns[column] = pc.if_else(pc.equal(family, code), samples["value"],
+    names = list(dict.fromkeys(families.values()))
+    for column in names:
+        codes = pa.array([FAMILIES.index(f) for f, c in families.items() if c == column],
+                         pa.int32())
+        columns[column] = pc.if_else(pc.is_in(family, codes), samples["value"],
                                      pa.scalar(None, _F))
     table = pa.table(columns)
     if not keys:  # one group over everything
         table = table.append_column("_all", pa.array([0] * len(table), pa.int8()))
     grouped = table.group_by(list(keys) or ["_all"], use_threads=False).aggregate(
-        [(c, "max") for c in ("cluster", *families.values())])
+        [(c, "max") for c in ("cluster", *names)])
     return grouped.rename_columns([_unsuffixed(n) for n in grouped.column_names])
 
 
@@ -172,7 +181,7 @@ def _subscriptions(samples: pa.Table) -> pa.Table:
 
 def _topics(samples: pa.Table, subscriptions: pa.Table) -> pa.Table:
     raw = _pivot(samples, ["topic", "namespace", "partition"], TOPIC_FAMILIES)
-    own = _keyed(raw, ["topic"], list(TOPIC_FAMILIES.values()))
+    own = _keyed(raw, ["topic"], _TOPIC_COLUMNS)
     derived = subscriptions.group_by("topic", use_threads=False).aggregate(
         [("namespace", "max"), ("cluster", "max"), ("subscription", "count"),
          *[(source, "sum") for source in FROM_SUBSCRIPTIONS.values() if source]])
@@ -188,7 +197,7 @@ def _topics(samples: pa.Table, subscriptions: pa.Table) -> pa.Table:
         "namespace": pc.coalesce(joined["namespace"], joined["s_namespace"]),
         "cluster": pc.coalesce(joined["cluster"], joined["s_cluster"]),
     }
-    for name in TOPIC_FAMILIES.values():
+    for name in _TOPIC_COLUMNS:
         if name in FROM_SUBSCRIPTIONS:
             fallback = joined[f"s_{name}"].cast(_F)
             columns[name] = pc.coalesce(joined[name], fallback)
@@ -204,11 +213,11 @@ def _namespaces(samples: pa.Table) -> pa.Table:
     return _shaped(table.filter(table["namespace"].is_valid()), SOURCE_NAMESPACES)
 
 
-def _usage(samples: pa.Table) -> pa.Table:
+def _usage(samples: pa.Table, otel_only: bool) -> pa.Table:
     table = _pivot(samples, [], BROKER_FAMILIES)
     if table.num_rows == 0:
         table = pa.table({"cluster": pa.nulls(1, _S)})
-    return _shaped(table, SOURCE_USAGE)
+    return _shaped(table.append_column("otel_only", pa.array([otel_only])), SOURCE_USAGE)
 
 
 def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
