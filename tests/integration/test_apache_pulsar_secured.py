@@ -1,0 +1,134 @@
+"""A real Apache Pulsar 4.0.8 that requires token authentication everywhere (its /metrics
+too) and TLS with client certificates on its binary TLS port (tests/harness/secured_pulsar.py):
+the exporter's /metrics fetch, usage exchange and evictions get in with the configured
+credentials and are refused without them, each failure with its own reason."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.actions.evict import (
+    BinaryEvictor,
+    EvictionFailed,
+    EvictionOrder,
+    MetricsProbe,
+    Performed,
+)
+from exporter.config import parse
+from exporter.pipeline.scrape import BrokerScrape, in_process
+from exporter.sources.model import ScrapeError
+from exporter.transport.channel import SENT, UsageChannel
+from exporter.transport.client import client_options
+from tests.harness.apache_pulsar import poll
+from tests.harness.secured_pulsar import SecuredPulsar
+
+TOPIC = "non-persistent://public/default/secured-exchange"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredPulsar]:
+    broker = SecuredPulsar(tmp_path_factory.mktemp("secured-pulsar"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def sources(broker: SecuredPulsar, *, token: bool = True, client_cert: bool = True,
+            service_url: str | None = None, **endpoint: object):
+    tls: dict = {"ca_file": str(broker.ca.cert)}
+    if client_cert:
+        tls |= {"cert_file": str(broker.client_cert.cert), "key_file": str(broker.client_cert.key)}
+    given: dict = {"brokers": [{"url": broker.metrics_url, **endpoint}],
+                   "service_url": service_url or broker.tls_service_url,
+                   "service_tls_config": tls}
+    if token:
+        given["service_token_file"] = str(broker.token_file)
+    return parse({"cluster": broker.cluster, "sources": given}, "secured.yaml").sources
+
+
+def scrape(broker: SecuredPulsar, **endpoint: object):
+    brokers = sources(broker, **endpoint).brokers
+    data = BrokerScrape(brokers, in_process(brokers), clock=time.time).run()
+    return data.health[0], data.tables
+
+
+def test_metrics_need_the_token(secured: SecuredPulsar) -> None:
+    health, tables = scrape(secured)
+    assert not health.up and health.last_error is ScrapeError.AUTH, health
+    assert "401" in health.last_error_detail and not tables
+    health, tables = scrape(secured, authorization={"credentials_file": str(secured.token_file)})
+    assert health.up and tables, health
+
+
+def _https(broker: SecuredPulsar, **tls: object):
+    endpoint = {"url": broker.tls_metrics_url,
+                "authorization": {"credentials_file": str(broker.token_file)}}
+    if tls:
+        endpoint["tls_config"] = tls
+    brokers = parse({"cluster": "c", "sources": {"brokers": [endpoint]}}, "s.yaml").sources.brokers
+    return BrokerScrape(brokers, in_process(brokers), clock=time.time).run().health[0]
+
+
+def test_metrics_over_mutual_tls_with_the_token(secured: SecuredPulsar) -> None:
+    """The broker's TLS web port wants a client certificate from its CA as well."""
+    ca, client = str(secured.ca.cert), secured.client_cert
+    assert _https(secured, ca_file=ca, cert_file=str(client.cert), key_file=str(client.key)).up
+    refused = _https(secured, ca_file=ca)  # no client certificate
+    assert refused.last_error is ScrapeError.TLS, refused
+    unknown = _https(secured)  # our CA is not among the system's
+    assert unknown.last_error is ScrapeError.TLS and "CERTIFICATE_VERIFY_FAILED" in \
+        unknown.last_error_detail, unknown
+
+
+def _channel(broker: SecuredPulsar, name: str, **given: object) -> UsageChannel:
+    s = sources(broker, **given)
+    assert s.service_url is not None
+    return UsageChannel(s.service_url, TOPIC, name, client_options=client_options(s),
+                        backoff_initial=0.5, backoff_max=2.0)
+
+
+def test_usage_exchange_over_tls_with_token_and_client_certificate(
+        secured: SecuredPulsar) -> None:
+    with _channel(secured, "a") as a, _channel(secured, "b") as b:
+        assert a.wait_connected(30) and b.wait_connected(30)
+        assert a.send(b"report") == SENT
+        assert poll(lambda: b"report" in b.drain(), "b reads a's report", timeout=10)
+
+
+@pytest.mark.parametrize("missing", ["token", "client_cert"])
+def test_without_credentials_the_channel_never_connects(secured: SecuredPulsar,
+                                                        missing: str) -> None:
+    with _channel(secured, f"no-{missing}", **{missing: False}) as channel:
+        assert not channel.wait_connected(8)
+        assert channel.connect_failures >= 1 and channel.send(b"x").reason == "not_connected"
+
+
+def test_eviction_over_tls_with_the_token(secured: SecuredPulsar, tmp_path: Path) -> None:
+    namespace = secured.create_namespace("secured-evict")
+    topic = f"persistent://{namespace}/t"
+    secured.create_subscription(topic, "stalled")
+    secured.produce(topic, 20)
+    s = sources(secured, authorization={"credentials_file": str(secured.token_file)})
+    assert s.service_url is not None
+    evictor = BinaryEvictor(s.service_url, MetricsProbe(s.brokers), timeout=10.0,
+                            client_options=client_options(s))
+    poll(lambda: secured.topic_stats(topic)["subscriptions"]["stalled"]["msgBacklog"] == 20,
+         "the backlog is 20")
+    (done,) = evictor.perform([EvictionOrder(topic, "stalled", "size", messages=15)])
+    assert isinstance(done, Performed) and done.messages == 15, done
+    poll(lambda: secured.topic_stats(topic)["subscriptions"]["stalled"]["msgBacklog"] == 5,
+         "the broker's backlog falls to 5")
+    unauthenticated = sources(secured, token=False,
+                              authorization={"credentials_file": str(secured.token_file)})
+    assert unauthenticated.service_url is not None
+    refused = BinaryEvictor(unauthenticated.service_url, MetricsProbe(unauthenticated.brokers),
+                            timeout=5.0, client_options=client_options(unauthenticated))
+    (failed,) = refused.perform([EvictionOrder(topic, "stalled", "size", messages=5)])
+    assert isinstance(failed, EvictionFailed), failed
+    assert secured.topic_stats(topic)["subscriptions"]["stalled"]["msgBacklog"] == 5
