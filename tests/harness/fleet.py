@@ -9,22 +9,18 @@ uses exactly its limit, which is what makes the 80/20 case "stuck" under Pulsar'
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulsar
-import yaml
 
-from tests.harness.pulsar import Metrics, PulsarLite, free_port
+from tests.harness.exporter_process import ExporterProcess
+from tests.harness.pulsar import Metrics, PulsarLite
+from tests.harness.wait import poll
 
 RG = "rg-shared"
 TENANT = "public"
@@ -47,25 +43,28 @@ def _config(name: str, broker: PulsarLite, usage_broker: PulsarLite, quota: floa
 
 @dataclass
 class Member:
+    """One participant: its exporter process (tests/harness/exporter_process.py), the broker
+    it speaks for, and the demand its pacer produces at."""
+
     name: str
     broker: PulsarLite
-    config_path: Path
-    port: int
-    log_path: Path
+    exporter: ExporterProcess
     demand: float
-    process: subprocess.Popen | None = None
     stop_pacer: threading.Event = field(default_factory=threading.Event)
     sent: int = 0
     stopped: bool = False  # stopped on purpose by the test
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.exporter.url
+
+    @property
+    def config_path(self) -> Path:
+        return self.exporter.config_path
 
     def status(self) -> dict | None:
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/status", timeout=3) as r:
-                return json.load(r)
+            return self.exporter.status()
         except OSError:
             return None
 
@@ -83,21 +82,17 @@ class Member:
         return g["local_quota"]["messages_per_second"]
 
     def scrape(self) -> Metrics:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as r:
-            return Metrics(r.read().decode())
+        return self.exporter.scrape()
 
     def sample(self, name: str, **labels: str) -> float | None:
         """The one sample of `name` matching `labels` (None: absent or ambiguous)."""
         return self.scrape().value(name, **labels)
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.exporter.running
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return self.exporter.log_tail(n)
 
 
 class Fleet:
@@ -118,53 +113,38 @@ class Fleet:
         for b in self.brokers:
             b.start()
         for i, (name, demand) in enumerate(self._demands.items()):
-            path = self.workdir / f"{name}.yaml"
-            member = Member(name, self.brokers[i], path, free_port(),
-                            self.workdir / f"{name}.log", demand)
+            exporter = ExporterProcess(self.workdir, self._config(name, i, self.quota),
+                                       name=name)
+            member = Member(name, self.brokers[i], exporter, demand)
             self.members[name] = member
-            self.write_config(member, self.quota)
-            self.launch(member)
+            exporter.start()
             t = threading.Thread(target=self._pace, args=(member,), daemon=True)
             t.start()
             self._pacers.append(t)
         return self
 
-    def write_config(self, member: Member, quota: float) -> None:
-        data = _config(member.name, member.broker, self.brokers[0], quota, self.allocator,
+    def _config(self, name: str, index: int, quota: float) -> dict:
+        return _config(name, self.brokers[index], self.brokers[0], quota, self.allocator,
                        self.interval, self.stale_after)
-        tmp = member.config_path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-        os.replace(tmp, member.config_path)  # atomic, as a ConfigMap update is
 
     def set_quota(self, quota: float) -> None:
+        """Every member's file rewritten at once (as a ConfigMap update is) with `quota`."""
         self.quota = quota
-        for m in self.members.values():
-            self.write_config(m, quota)
-
-    def launch(self, member: Member) -> None:
-        log = open(member.log_path, "ab")  # noqa: SIM115 - owned by the child
-        member.process = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "run", "--config.file",
-             str(member.config_path), "--web.listen-address", f"127.0.0.1:{member.port}"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        for i, m in enumerate(self.members.values()):
+            m.exporter.write_config(self._config(m.name, i, quota))
 
     def kill(self, name: str, sig: int) -> int:
         member = self.members[name]
         member.stopped = True
         member.stop_pacer.set()
-        assert member.process is not None
-        member.process.send_signal(sig)
-        return member.process.wait(timeout=60)
+        member.exporter.signal(sig)
+        return member.exporter.wait_exit(timeout=60)
 
     def close(self) -> None:
         for m in self.members.values():
             m.stop_pacer.set()
         for m in self.members.values():
-            if m.alive():
-                assert m.process is not None
-                os.killpg(m.process.pid, signal.SIGKILL)
-                m.process.wait(timeout=30)
+            m.exporter.stop(grace=0)
         for t in self._pacers:
             t.join(timeout=10)
         for b in self.brokers:
@@ -203,21 +183,25 @@ class Fleet:
 
     # --- waiting ----------------------------------------------------------------------------
     def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float) -> float:
-        """Poll until `predicate()`; seconds it took. Fails with every member's log tail."""
+        """Poll until `predicate()`; seconds it took. A member between restarts, or not yet
+        listing a peer (OSError, KeyError), is "not yet"; a member that died unasked fails at
+        once. Fails with the quotas and every member's log tail."""
         t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if any(not m.alive() and not m.stopped for m in self.members.values()):
-                break
-            try:  # a member between restarts, or not yet listing a peer: not yet
-                if predicate():
-                    return time.monotonic() - t0
-            except (OSError, KeyError):
-                pass
-            time.sleep(0.5)
-        tails = "\n".join(f"--- {m.name} ({'alive' if m.alive() else 'dead'}) ---\n"
-                          f"{m.log_tail()}" for m in self.members.values())
-        raise AssertionError(f"gave up after {time.monotonic() - t0:.0f}s waiting for {what}; "
-                             f"quotas: {self.quotas()}\n{tails}")
+
+        def holds() -> bool:
+            dead = [m.name for m in self.members.values() if not m.alive() and not m.stopped]
+            if dead:
+                raise AssertionError(f"{', '.join(dead)} died while waiting for {what}\n"
+                                     f"{self._tails()}")
+            return predicate()
+
+        poll(holds, what, timeout, interval=0.5, ignore=(OSError, KeyError),
+             show=lambda: f"quotas: {self.quotas()}\n{self._tails()}")
+        return time.monotonic() - t0
+
+    def _tails(self) -> str:
+        return "\n".join(f"--- {m.name} ({'alive' if m.alive() else 'dead'}) ---\n"
+                         f"{m.log_tail()}" for m in self.members.values())
 
     def quotas(self) -> dict[str, float | None]:
         return {n: m.local_quota() for n, m in self.members.items() if m.alive()}
