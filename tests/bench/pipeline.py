@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from tests.harness.synthetic import BodySpec, body_text
+from tests.harness.wait import poll
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -87,16 +88,14 @@ def _serve(bodies_dir: Path) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
          "--directory", str(bodies_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
     import urllib.request
 
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return proc, url
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("body server did not start")
+    def answers() -> bool:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+
+    poll(answers, f"the body server answering at {url}", 20, interval=0.1, ignore=(OSError,))
+    return proc, url
 
 
 def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, int]:

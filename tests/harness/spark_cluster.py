@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import pyspark
 
 from exporter.embedded import free_port
+from tests.harness.wait import poll
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
@@ -117,16 +117,16 @@ def start(workdir: Path, *, cores: int = 2, memory: str = "1g",
         start_new_session=True)
     cluster = SparkCluster(master_url, f"http://127.0.0.1:{ui_port}", (worker, master),
                            (master_log, worker_log))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def worker_alive() -> bool:
         if any(p.poll() is not None for p in cluster.processes):
-            cluster.stop()
             raise SparkClusterFailed(f"a cluster process exited\n{cluster.log_tail()}")
-        try:
-            if cluster.alive_workers() >= 1:
-                return cluster
-        except OSError:
-            pass
-        time.sleep(0.5)
-    cluster.stop()
-    raise SparkClusterFailed(f"no worker alive within {timeout}s\n{cluster.log_tail()}")
+        return cluster.alive_workers() >= 1  # OSError: the master's UI is not up yet
+
+    try:
+        poll(worker_alive, "a worker alive at the master", timeout, ignore=(OSError,),
+             show=cluster.log_tail)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
