@@ -98,6 +98,11 @@ ALL_ON: dict[str, Any] = {
     "dashboards": {"enabled": True, "namespace": "grafana",
                    "annotations": {"grafana_folder": "Pulsar"}},
     "podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": None},
+    "networkPolicy": {"enabled": True, "ingressFrom": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "monitoring"}}}], "egress": [
+        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {"to": [{"podSelector": {"matchLabels": {"component": "broker"}}}],
+         "ports": [{"port": 8080, "protocol": "TCP"}, {"port": 6650, "protocol": "TCP"}]}]},
 }
 
 
@@ -228,8 +233,82 @@ def test_defaults_render_the_core_objects_only():
 
 def test_every_optional_feature_renders():
     kinds = sorted(d["kind"] for d in render(ALL_ON))
-    assert kinds == ["ConfigMap", "ConfigMap", "Deployment", "PodDisruptionBudget",
-                     "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"]
+    assert kinds == ["ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy",
+                     "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceAccount",
+                     "ServiceMonitor"]
+
+
+def test_network_policy_opens_the_metrics_port_only_and_restricts_egress_when_asked():
+    policy = one(render(ALL_ON), "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"] == one(
+        render(ALL_ON), "Deployment")["spec"]["selector"]["matchLabels"]
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
+    assert ingress["from"] == ALL_ON["networkPolicy"]["ingressFrom"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["egress"] == ALL_ON["networkPolicy"]["egress"]
+    open_egress = one(render({"networkPolicy": {"enabled": True}}), "NetworkPolicy")["spec"]
+    assert open_egress["policyTypes"] == ["Ingress"] and "egress" not in open_egress
+    assert "from" not in open_egress["ingress"][0]
+
+
+# Pod Security Standards, profile `restricted` (Kubernetes' pod-security admission): the
+# checks that apply to what the chart can render.
+_RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                       "persistentVolumeClaim", "projected", "secret"}
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    spec, found = pod["spec"], []
+    pod_ctx = spec.get("securityContext", {})
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(key):
+            found.append(f"{key} is set")
+    for volume in spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= _RESTRICTED_VOLUMES:
+            found.append(f"volume {volume['name']} is {sorted(kinds)}")
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        ctx = c.get("securityContext", {})
+        name = c["name"]
+        if ctx.get("privileged"):
+            found.append(f"{name}: privileged")
+        if ctx.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name}: allowPrivilegeEscalation is not false")
+        caps = ctx.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            found.append(f"{name}: capabilities do not drop ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{name}: adds capabilities {caps['add']}")
+        if not ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")):
+            found.append(f"{name}: runAsNonRoot is not true")
+        if ctx.get("runAsUser", pod_ctx.get("runAsUser")) == 0:
+            found.append(f"{name}: runs as uid 0")
+        seccomp = ctx.get("seccompProfile", pod_ctx.get("seccompProfile", {}))
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{name}: seccompProfile is not RuntimeDefault or Localhost")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            found.append(f"{name}: hostPort")
+    return found
+
+
+@pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
+def test_the_pod_meets_the_restricted_pod_security_standard(values):
+    pod = one(render(values), "Deployment")["spec"]["template"]
+    assert restricted_violations(pod) == []
+
+
+def test_the_restricted_check_can_fail():
+    loose = {"podSecurityContext": {"runAsNonRoot": False, "runAsUser": 0},
+             "securityContext": {"allowPrivilegeEscalation": True, "capabilities": {"drop": []}},
+             "extraVolumes": [{"name": "host", "hostPath": {"path": "/var/log"}}],
+             "extraVolumeMounts": [{"name": "host", "mountPath": "/host"}]}
+    found = restricted_violations(one(render(loose), "Deployment")["spec"]["template"])
+    assert "exporter: runAsNonRoot is not true" in found
+    assert "exporter: runs as uid 0" in found
+    assert "exporter: allowPrivilegeEscalation is not false" in found
+    assert "exporter: capabilities do not drop ALL" in found
+    assert "volume host is ['hostPath']" in found
 
 
 @pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
