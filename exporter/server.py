@@ -23,7 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from exporter import __version__
-from exporter.exposition import CONTENT_TYPE
+from exporter.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, openmetrics
+from exporter.negotiation import accepts_gzip, prefers_openmetrics
 from exporter.webconfig import CHALLENGE, AuthOutcome, BasicAuth, TlsContext, WebConfig
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,18 @@ class PublishedState:
         self._started = clock()
         self._current: Publication | None = None
         self._cycles = 0
+        self._om_lock = threading.Lock()
+        self._om: tuple[int, bytes, bytes] | None = None  # cycle, body, gzip
+
+    def openmetrics_of(self, publication: Publication) -> tuple[bytes, bytes]:
+        """`publication`'s body as OpenMetrics, plain and gzipped: made on the first
+        OpenMetrics scrape of a cycle (most scrapers ask for one format only), then kept."""
+        with self._om_lock:
+            if self._om is None or self._om[0] != publication.cycle:
+                body = openmetrics(publication.body)
+                self._om = (publication.cycle, body,
+                            gzip.compress(body, compresslevel=self._gzip_level, mtime=0))
+            return self._om[1], self._om[2]
 
     @property
     def current(self) -> Publication | None:
@@ -121,26 +134,6 @@ class _Response:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-def accepts_gzip(header: str | None) -> bool:
-    """RFC 9110 Accept-Encoding: an explicit gzip entry decides, else `*`; q=0 refuses."""
-    verdicts: dict[str, bool] = {}
-    for part in (header or "").split(","):
-        coding, *params = (p.strip() for p in part.split(";"))
-        q = 1.0
-        for p in params:
-            name, _, value = p.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        verdicts.setdefault(coding.lower(), q > 0)
-    for coding in ("gzip", "x-gzip", "*"):
-        if coding in verdicts:
-            return verdicts[coding]
-    return False
-
-
 _INDEX = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>pulsar-quota-exporter</title></head>
 <body><h1>pulsar-quota-exporter</h1>
@@ -154,15 +147,24 @@ _INDEX = b"""<!doctype html>
 """
 
 
-def _route(state: PublishedState, path: str, accept_encoding: str | None) -> _Response:
+def _metrics(state: PublishedState, current: Publication, accept: str | None,
+             accept_encoding: str | None) -> _Response:
+    body, zipped, kind = current.body, current.body_gzip, CONTENT_TYPE
+    if prefers_openmetrics(accept):
+        (body, zipped), kind = state.openmetrics_of(current), OPENMETRICS_CONTENT_TYPE
+    if accepts_gzip(accept_encoding):
+        return _Response(200, zipped, kind,
+                         (("Content-Encoding", "gzip"), ("Vary", "Accept, Accept-Encoding")))
+    return _Response(200, body, kind, (("Vary", "Accept, Accept-Encoding"),))
+
+
+def _route(state: PublishedState, path: str, accept_encoding: str | None,
+           accept: str | None = None) -> _Response:
     current = state.current
     if path == "/metrics":
         if current is None:
             return _Response(503, b"no check cycle published yet\n")
-        if accepts_gzip(accept_encoding):
-            return _Response(200, current.body_gzip, CONTENT_TYPE,
-                             (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")))
-        return _Response(200, current.body, CONTENT_TYPE, (("Vary", "Accept-Encoding"),))
+        return _metrics(state, current, accept, accept_encoding)
     if path == "/healthz":
         health, reason = state.health()
         code = 200 if health in (Health.OK, Health.STARTING) else 503
@@ -211,7 +213,8 @@ def _handler_class(state: PublishedState, auth: BasicAuth | None) -> type:
                                          headers=(("WWW-Authenticate", CHALLENGE),)), head=head)
                     return
             path = urlsplit(self.path).path
-            self._send(_route(state, path, self.headers.get("Accept-Encoding")), head=head)
+            self._send(_route(state, path, self.headers.get("Accept-Encoding"),
+                              self.headers.get("Accept")), head=head)
 
         def _send(self, response: _Response, *, head: bool) -> None:
             try:
