@@ -32,10 +32,11 @@ import pulsar
 import pytest
 
 from exporter.config import MonitoringClass
-from exporter.configmodel import USAGE_TOPIC
+from exporter.configmodel import BROKER_USAGE_TOPIC, USAGE_TOPIC
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.gate import initial_sequence
 from tests.e2e.scenario import REPO, Scenario, Workload, rule_files
+from tests.harness import resource_usage_info
 from tests.harness.exporter_process import ExporterProcess
 from tests.harness.process import require_binary
 from tests.harness.prometheus import (
@@ -51,6 +52,7 @@ CLUSTER = "e2e"
 JOB = "pulsar-quota-exporter"  # the job name the generated exporter alerts select
 TENANT = "workload"
 RESOURCE_GROUP = "rg-workload"
+REPORTING_BROKER = "pulsar://broker-0.e2e:6650"  # the broker the replayed PIP-82 reports name
 STALLED_TOPIC, STALLED_SUB = "persistent://workload/app/stalled", "stalled-sub"
 HELD_TOPIC, HELD_SUB = "persistent://workload/held/orders", "held-sub"
 SIZED_TOPIC, SIZED_SUB = "persistent://workload/sized/evicted", "slow-sub"
@@ -106,6 +108,8 @@ class PeerReporter:
         self._client = pulsar.Client(broker.service_url,
                                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         self._producer = self._client.create_producer(USAGE_TOPIC)
+        # A broker's own PIP-82 report too, on the brokers' topic: pulsar-lite sends none.
+        self._broker_reports = self._client.create_producer(BROKER_USAGE_TOPIC)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -122,6 +126,8 @@ class PeerReporter:
                             for cls in MonitoringClass)
             self._producer.send(encode(WireReport(self.participant, sequence, time.time(),
                                                   entries)))
+            self._broker_reports.send(resource_usage_info.report(
+                REPORTING_BROKER, {RESOURCE_GROUP: ((1350, 10), (2700, 20))}))
 
     def stop(self) -> None:
         self._stop.set()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from exporter.configmodel import MonitoringClass
 from exporter.sources.brokerreports import BrokerReports, ReportedUsage, broker_reports_for
 from exporter.transport.pulsarwire import WireError
-from tests.unit.test_pulsarwire import RECORDED, entry, field, info, network
+from tests.harness.resource_usage_info import entry, field, info, network
+from tests.unit.test_pulsarwire import RECORDED
 
 P, D = MonitoringClass.PUBLISH, MonitoringClass.DISPATCH
 BROKER = "pulsar://127.0.0.1:40725"

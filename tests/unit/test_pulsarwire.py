@@ -14,37 +14,11 @@ from exporter.transport.pulsarwire import (
     decode,
 )
 from tests.harness.fixtures import FIXTURES
+from tests.harness.resource_usage_info import entry, field, info, network
 
 RECORDED = [bytes.fromhex(line) for line in
             (FIXTURES / "apache-pulsar-4.0.8-resource-usage-reports.hex").read_text()
             .splitlines() if line and not line.startswith("#")]
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field(number: int, value: int | bytes) -> bytes:
-    if isinstance(value, int):
-        return varint(number << 3) + varint(value)
-    return varint(number << 3 | 2) + varint(len(value)) + value
-
-
-def network(b: int, m: int) -> bytes:
-    return field(1, b) + field(2, m)
-
-
-def entry(owner: str, *rest: bytes) -> bytes:
-    return field(1, owner.encode()) + b"".join(rest)
-
-
-def info(broker: str, *entries: bytes) -> bytes:
-    return field(1, broker.encode()) + b"".join(field(2, e) for e in entries)
 
 
 def test_recorded_reports_decode_and_sum_to_what_the_broker_counted():
