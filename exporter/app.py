@@ -18,14 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from exporter.actions.evict import (
-    EvictionFailed,
-    EvictionOrder,
-    Evictor,
-    Performed,
-    Skipped,
-    evictor_for,
-)
+from exporter.actions.evict import evictor_for
+from exporter.actions.orders import Evictor
+from exporter.actions.plan import Enforcement, consumers_seen
 from exporter.assembly import broker_reports_for, collector_for, exchange_for
 from exporter.config import Config, ResourceGroup
 from exporter.decide import Decider, Decisions
@@ -52,16 +47,6 @@ class CycleReport:
     decisions: Decisions | None
     status: dict
     body: bytes
-
-
-def orders_for(decisions: Decisions) -> list[EvictionOrder]:
-    orders = []  # plans hold only the types whose policy is consumer_backlog_eviction
-    for d in decisions.topics:
-        orders += [EvictionOrder(d.topic, s.subscription, "size", messages=s.skip_messages)
-                   for s in d.plan.size if s.skip_messages > 0]
-        orders += [EvictionOrder(d.topic, t.subscription, "time", before_publish_time=t.cutoff)
-                   for t in d.plan.time]
-    return orders
 
 
 class Exporter:
@@ -95,8 +80,7 @@ class Exporter:
         self.config_file = config_file
         self._last_decisions: Decisions | None = None
         self._last_success: float | None = None
-        self._logged_dry_run: set[tuple[str, str]] = set()
-        self._size_cuts: dict[tuple[str, str], float | None] = {}  # backlog bytes at the cut
+        self.enforcement = Enforcement()
 
     # --- stages -----------------------------------------------------------------------------
     def broker_side(self) -> BrokerSide:
@@ -124,61 +108,6 @@ class Exporter:
         if groups != self.decider.config.resource_groups:
             self.decider.reconfigure(dataclasses.replace(self.config, resource_groups=groups))
         return groups
-
-    def _act(self, decisions: Decisions) -> None:
-        orders = orders_for(decisions)
-        namespaces = {d.topic: d.namespace for d in decisions.topics}
-        if not self.config.backlog_quotas.enforce:
-            seen = set()
-            for o in orders:
-                key = (o.topic, o.quota_type)
-                if key in seen:
-                    continue
-                seen.add(key)
-                self.tallies.would_evict[(namespaces[o.topic], o.topic, o.quota_type)] += 1
-                if key not in self._logged_dry_run:
-                    log.info("dry run: would evict %s on %s (%s quota)", o.subscription,
-                             o.topic, o.quota_type)
-            self._logged_dry_run = seen
-            return
-        performed = set()
-        backlog_bytes = {(d.topic, s.subscription): s.backlog_bytes
-                         for d in decisions.topics for s in d.plan.size}
-        orders = self._not_yet_seen_by_broker(orders, backlog_bytes)
-        for result in self.evictor.perform(orders):
-            o = result.order
-            if isinstance(result, Performed):
-                performed.add((namespaces[o.topic], o.topic, o.quota_type))
-                if o.messages is not None:
-                    self._size_cuts[(o.topic, o.subscription)] = backlog_bytes.get(
-                        (o.topic, o.subscription))
-                log.info("evicted %s on %s (%s quota, %s)", o.subscription, o.topic,
-                         o.quota_type, result.method.value)
-            elif isinstance(result, EvictionFailed | Skipped):
-                self.tallies.eviction_failures[result.reason.value] += 1
-                log.warning("eviction of %s on %s not performed: %s (%s)", o.subscription,
-                            o.topic, result.reason.value, result.detail)
-        for key in performed:  # one eviction per topic and quota type per check, as Pulsar
-            self.tallies.evictions[key] += 1
-
-    def _not_yet_seen_by_broker(self, orders: list[EvictionOrder],
-                                now: dict[tuple[str, str], float]) -> list[EvictionOrder]:
-        """Size cuts skip a number of messages, so repeating one on numbers the broker has
-        not refreshed since (pulsar-lite's gauges lag by up to 5 s) would drop more than
-        the quota asks. A size cut waits until the subscription's backlog has changed
-        since the last cut. Time cuts (a publish-time cutoff) are safe to repeat. `now`:
-        this cycle's backlog bytes per (topic, subscription) with a size cut planned."""
-        kept = []
-        for o in orders:
-            key = (o.topic, o.subscription)
-            if (o.messages is not None and key in self._size_cuts
-                    and self._size_cuts[key] == now.get(key)):
-                log.debug("size cut of %s on %s waits for fresh broker numbers",
-                          o.subscription, o.topic)
-                continue
-            kept.append(o)
-        self._size_cuts = {k: v for k, v in self._size_cuts.items() if now.get(k) == v}
-        return kept
 
     # --- one cycle ---------------------------------------------------------------------------
     def cycle(self) -> CycleReport:
@@ -218,7 +147,9 @@ class Exporter:
             with stage("engine"):
                 decisions = self.decider.decide(agg, snapshot.admin, now)
             with stage("actions"):
-                self._act(decisions)
+                self.enforcement.act(decisions, enforce=self.config.backlog_quotas.enforce,
+                                     evictor=self.evictor, tallies=self.tallies,
+                                     consumers=lambda: consumers_seen(agg))
             self._last_decisions = decisions
             self._last_success = now
         except Exception:

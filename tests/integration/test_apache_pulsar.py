@@ -19,8 +19,8 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from exporter.actions.evict import (
-    AdminEvictor,
+from exporter.actions.admin import AdminEvictor
+from exporter.actions.orders import (
     EvictionFailed,
     EvictionFailure,
     EvictionMethod,

@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.actions.evict import (
-    BinaryEvictor,
-    EvictionFailed,
-    EvictionOrder,
-    MetricsProbe,
-    Performed,
-)
+from exporter.actions.binary import BinaryEvictor
+from exporter.actions.orders import EvictionFailed, EvictionOrder, Performed
 from exporter.config import parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.sources.model import ScrapeError
@@ -116,19 +111,20 @@ def test_eviction_over_tls_with_the_token(secured: SecuredPulsar, tmp_path: Path
     secured.produce(topic, 20)
     s = sources(secured, authorization={"credentials_file": str(secured.token_file)})
     assert s.service_url is not None
-    evictor = BinaryEvictor(s.service_url, MetricsProbe(s.brokers), timeout=10.0,
-                            client_options=client_options(s))
+    evictor = BinaryEvictor(s.service_url, timeout=10.0, client_options=client_options(s))
     poll(lambda: secured.topic_stats(topic)["subscriptions"]["stalled"]["msgBacklog"] == 20,
          "the backlog is 20")
-    (done,) = evictor.perform([EvictionOrder(topic, "stalled", "size", messages=15)])
+    (done,) = evictor.perform([EvictionOrder(topic, "stalled", "size", messages=15,
+                                             consumers=0)])
     assert isinstance(done, Performed) and done.messages == 15, done
     poll(lambda: secured.topic_stats(topic)["subscriptions"]["stalled"]["msgBacklog"] == 5,
          "the broker's backlog falls to 5")
     unauthenticated = sources(secured, token=False,
                               authorization={"credentials_file": str(secured.token_file)})
     assert unauthenticated.service_url is not None
-    refused = BinaryEvictor(unauthenticated.service_url, MetricsProbe(unauthenticated.brokers),
-                            timeout=5.0, client_options=client_options(unauthenticated))
-    (failed,) = refused.perform([EvictionOrder(topic, "stalled", "size", messages=5)])
+    refused = BinaryEvictor(unauthenticated.service_url, timeout=5.0,
+                            client_options=client_options(unauthenticated))
+    (failed,) = refused.perform([EvictionOrder(topic, "stalled", "size", messages=5,
+                                               consumers=0)])
     assert isinstance(failed, EvictionFailed), failed
     assert secured.topic_stats(topic)["subscriptions"]["stalled"]["msgBacklog"] == 5

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from exporter.actions.evict import Completion, EvictionMethod, EvictionOrder, Performed
+from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
 from exporter.app import Exporter
 from exporter.config import parse
 from exporter.pipeline.parse import parse_text
@@ -187,3 +187,16 @@ def test_the_body_parses_as_prometheus_text_and_carries_the_process_metrics():
     resident = families["process_resident_memory_bytes"].samples[0].value
     assert resident > 10 * 2**20  # a Python process with pyarrow loaded
     assert families["python_info"].samples[0].labels["implementation"] == "CPython"
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ('pulsar_subscription_consumers_count{cluster="pulsar-lite",namespace="public/sized",'
+     'partition="-1",topic="t",subscription="stalled"} 0\n', 0),
+    ('pulsar_subscription_consumers_count{cluster="pulsar-lite",namespace="public/sized",'
+     'partition="-1",topic="t",subscription="stalled"} 2\n', 2),
+    ("", None),  # the broker printed no count: the binary evictor will not risk it
+])
+def test_orders_carry_the_consumers_the_cycle_saw(extra: str, expected: int | None):
+    exporter, evictor, _ = exporter_for([body(50, extra=extra)], enforce=True)
+    exporter.cycle()
+    assert [o.consumers for o in evictor.orders] == [expected]

@@ -1,0 +1,127 @@
+"""What the engine asks the evictors to do, and what they answer: one order per
+subscription cut, one result per order, every reason a closed set counted by value
+(`catalogue.EVICTION_FAILURE_REASONS`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+from typing import Protocol
+
+from exporter.catalogue import QUOTA_TYPES
+
+
+class EvictionFailure(StrEnum):
+    """Why an eviction was not performed; values are `catalogue.EVICTION_FAILURE_REASONS`."""
+
+    NO_SERVICE_URL = "no_service_url"
+    CONSUMER_CONNECTED = "consumer_connected"
+    NOT_FOUND = "not_found"
+    TIMEOUT = "timeout"
+    BROKER_ERROR = "broker_error"
+    OTHER = "other"
+
+
+class EvictionMethod(StrEnum):
+    SEEK = "seek"  # binary protocol, consumer.seek(publish_time_ms)
+    ACKNOWLEDGE = "acknowledge"  # binary protocol, receive + individual acks
+    ADMIN_RESET_CURSOR = "admin_reset_cursor"
+    ADMIN_SKIP = "admin_skip"
+
+
+class Completion(StrEnum):
+    CONFIRMED = "confirmed"
+    UNCONFIRMED = "unconfirmed"  # the broker dropped the connection after the request
+    PARTIAL = "partial"  # the time budget ran out before all messages were acknowledged
+
+
+@dataclass(frozen=True)
+class EvictionOrder:
+    """One subscription to cut: EITHER everything published before `before_publish_time`
+    (epoch seconds) OR its `messages` oldest messages. `quota_type` is the label to count under."""
+
+    topic: str  # persistent://tenant/ns/name
+    subscription: str
+    quota_type: str  # "time" | "size"
+    before_publish_time: float | None = None
+    messages: int | None = None
+    # Connected consumers as the cycle's /metrics reported them (None: not reported); the
+    # binary path evicts only when 0 (actions/plan.py fills it in).
+    consumers: int | None = None
+
+    def __post_init__(self) -> None:
+        parts = self.topic.removeprefix("persistent://").split("/", 2)
+        if not self.topic.startswith("persistent://") or len(parts) != 3 or not all(parts):
+            raise ValueError(f"not a persistent topic's full name: {self.topic!r}")
+        if not self.subscription:
+            raise ValueError("empty subscription name")
+        if self.quota_type not in QUOTA_TYPES:
+            raise ValueError(f"quota_type must be one of {QUOTA_TYPES}: {self.quota_type!r}")
+        if (self.before_publish_time is None) == (self.messages is None):
+            raise ValueError("give exactly one of before_publish_time and messages")
+        if self.messages is not None and (
+            isinstance(self.messages, bool) or not isinstance(self.messages, int)
+            or self.messages < 1
+        ):
+            raise ValueError(f"messages must be a positive integer: {self.messages!r}")
+        if self.before_publish_time is not None and not (
+            math.isfinite(self.before_publish_time) and self.before_publish_time > 0
+        ):
+            raise ValueError(f"before_publish_time must be positive: {self.before_publish_time!r}")
+
+    @property
+    def cutoff_ms(self) -> int | None:
+        """Smallest integer ms not before the cut: `pt < cutoff_ms` ⇔ `pt < before × 1000`
+        for integer publish times, computed exactly (no float rounding)."""
+        if self.before_publish_time is None:
+            return None
+        return math.ceil(Fraction(self.before_publish_time) * 1000)
+
+    @property
+    def path(self) -> tuple[str, str, str]:
+        """(tenant, namespace, local name) as in the admin REST paths."""
+        tenant, ns, local = self.topic.removeprefix("persistent://").split("/", 2)
+        return tenant, ns, local
+
+
+@dataclass(frozen=True)
+class Performed:
+    order: EvictionOrder
+    method: EvictionMethod
+    messages: int | None  # acknowledged/skipped; None when the broker does not say (seek, reset)
+    completion: Completion
+
+
+@dataclass(frozen=True)
+class NothingToEvict:
+    """The subscription holds nothing the order would remove (no backlog, or none before the
+    cut); not counted as an eviction (the broker counts these, we do not)."""
+
+    order: EvictionOrder
+    detail: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Deliberately not attempted: nothing to reach it with, or not safe now."""
+
+    order: EvictionOrder
+    reason: EvictionFailure  # NO_SERVICE_URL | CONSUMER_CONNECTED
+    detail: str
+
+
+@dataclass(frozen=True)
+class EvictionFailed:
+    order: EvictionOrder
+    reason: EvictionFailure  # NOT_FOUND | TIMEOUT | BROKER_ERROR | OTHER
+    detail: str
+
+
+EvictionResult = Performed | NothingToEvict | Skipped | EvictionFailed
+
+
+class Evictor(Protocol):
+    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[EvictionResult, ...]: ...

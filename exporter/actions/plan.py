@@ -1,0 +1,119 @@
+"""From the engine's decisions to evictions: the dry run, the size-cut hold-back, the counts.
+
+Plans hold only the quota types whose policy is `consumer_backlog_eviction`. With
+enforcement off each (topic, quota type) is counted once per check as "would evict" and
+logged once while it lasts. With it on, orders go to the evictor with the connected
+consumers the cycle saw on each subscription (the binary path evicts only when there are
+none), one eviction per topic and quota type is counted per check, as Pulsar counts them,
+and every failure is counted by reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+
+from exporter.actions.orders import EvictionFailed, EvictionOrder, Evictor, Performed, Skipped
+from exporter.decide import Decisions
+from exporter.pipeline.model import Aggregates
+from exporter.publish import Tallies
+
+log = logging.getLogger(__name__)
+
+Consumers = Mapping[tuple[str, str], int | None]  # (topic, subscription) → connected
+
+
+def consumers_seen(agg: Aggregates) -> dict[tuple[str, str], int | None]:
+    """Connected consumers per (topic, subscription), as the cycle's /metrics reported them
+    (`pulsar_subscription_consumers_count`); None where the broker printed none."""
+    table = agg.subscriptions
+    topics, names, counts = (table[c].to_pylist() for c in ("topic", "subscription", "consumers"))
+    return {(t, n): int(c) if c is not None and math.isfinite(c) else None
+            for t, n, c in zip(topics, names, counts, strict=True)}
+
+
+def orders_for(decisions: Decisions, consumers: Consumers | None = None) -> list[EvictionOrder]:
+    seen = consumers or {}
+    orders = []
+    for d in decisions.topics:
+        orders += [EvictionOrder(d.topic, s.subscription, "size", messages=s.skip_messages,
+                                 consumers=seen.get((d.topic, s.subscription)))
+                   for s in d.plan.size if s.skip_messages > 0]
+        orders += [EvictionOrder(d.topic, t.subscription, "time", before_publish_time=t.cutoff,
+                                 consumers=seen.get((d.topic, t.subscription)))
+                   for t in d.plan.time]
+    return orders
+
+
+class Enforcement:
+    """What must outlive a check: dry-run lines already logged, and the backlog each size
+    cut was made at (`_not_yet_seen_by_broker`)."""
+
+    def __init__(self) -> None:
+        self._logged_dry_run: set[tuple[str, str]] = set()
+        self._size_cuts: dict[tuple[str, str], float | None] = {}
+
+    def act(self, decisions: Decisions, *, enforce: bool, evictor: Evictor, tallies: Tallies,
+            consumers: Callable[[], Consumers]) -> None:
+        """`consumers` is called only when there is something to evict."""
+        namespaces = {d.topic: d.namespace for d in decisions.topics}
+        if not enforce:
+            self._dry_run(orders_for(decisions), namespaces, tallies)
+            return
+        orders = orders_for(decisions)
+        if not orders:
+            self._size_cuts.clear()
+            return
+        orders = orders_for(decisions, consumers())
+        backlog_bytes = {(d.topic, s.subscription): s.backlog_bytes
+                         for d in decisions.topics for s in d.plan.size}
+        performed = set()
+        for result in evictor.perform(self._not_yet_seen_by_broker(orders, backlog_bytes)):
+            o = result.order
+            if isinstance(result, Performed):
+                performed.add((namespaces[o.topic], o.topic, o.quota_type))
+                if o.messages is not None:
+                    self._size_cuts[(o.topic, o.subscription)] = backlog_bytes.get(
+                        (o.topic, o.subscription))
+                log.info("evicted %s on %s (%s quota, %s)", o.subscription, o.topic,
+                         o.quota_type, result.method.value)
+            elif isinstance(result, EvictionFailed | Skipped):
+                tallies.eviction_failures[result.reason.value] += 1
+                log.warning("eviction of %s on %s not performed: %s (%s)", o.subscription,
+                            o.topic, result.reason.value, result.detail)
+        for key in performed:  # one eviction per topic and quota type per check, as Pulsar
+            tallies.evictions[key] += 1
+
+    def _dry_run(self, orders: list[EvictionOrder], namespaces: Mapping[str, str],
+                 tallies: Tallies) -> None:
+        seen = set()
+        for o in orders:
+            key = (o.topic, o.quota_type)
+            if key in seen:
+                continue
+            seen.add(key)
+            tallies.would_evict[(namespaces[o.topic], o.topic, o.quota_type)] += 1
+            if key not in self._logged_dry_run:
+                log.info("dry run: would evict %s on %s (%s quota)", o.subscription, o.topic,
+                         o.quota_type)
+        self._logged_dry_run = seen
+
+    def _not_yet_seen_by_broker(self, orders: list[EvictionOrder],
+                                now: dict[tuple[str, str], float]) -> list[EvictionOrder]:
+        """Size cuts skip a number of messages, so repeating one on numbers the broker has
+        not refreshed since (pulsar-lite's gauges lag by up to 5 s) would drop more than
+        the quota asks. A size cut waits until the subscription's backlog has changed
+        since the last cut. Time cuts (a publish-time cutoff) are safe to repeat. `now`:
+        this cycle's backlog bytes per (topic, subscription) with a size cut planned."""
+        kept = []
+        for o in orders:
+            key = (o.topic, o.subscription)
+            if (o.messages is not None and key in self._size_cuts
+                    and self._size_cuts[key] == now.get(key)):
+                log.debug("size cut of %s on %s waits for fresh broker numbers",
+                          o.subscription, o.topic)
+                continue
+            kept.append(o)
+        self._size_cuts = {k: v for k, v in self._size_cuts.items() if now.get(k) == v}
+        return kept
