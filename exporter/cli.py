@@ -12,6 +12,12 @@ from exporter import __version__
 def _add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--config.file", "--config", dest="config", required=required,
                    metavar="FILE", help="YAML configuration file")
+    _add_expand(p)
+
+
+def _add_expand(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config.expand-env", dest="expand_env", action="store_true",
+                   help="replace ${VAR} and ${VAR:-default} in the file from the environment")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate-config", help="validate a config file; exit 2 on errors")
     v.add_argument("file", metavar="FILE")
+    _add_expand(v)
 
     r = sub.add_parser("run", help="run the exporter: check every interval, serve /metrics")
     _add_config(r)
@@ -45,11 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_or_exit(path: str):
+def _load_or_exit(path: str, expand: bool = False):
     from exporter.config import ConfigError, load
 
     try:
-        return load(path)
+        return load(path, expand=expand)
     except ConfigError as e:
         for line in e.errors:
             print(line, file=sys.stderr)
@@ -59,7 +66,7 @@ def _load_or_exit(path: str):
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "validate-config":
-        _load_or_exit(args.file)
+        _load_or_exit(args.file, args.expand_env)
         print("OK")
         return 0
     if args.command == "run":
@@ -75,10 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return dataclasses.replace(
                 config, exposition=dataclasses.replace(config.exposition, listen=args.listen))
 
-        config = adjust(_load_or_exit(args.config))
+        config = adjust(_load_or_exit(args.config, args.expand_env))
         logging.basicConfig(level=args.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return run(config, config_file=ConfigFile(args.config, config, adjust))
+        return run(config, config_file=ConfigFile(args.config, config, adjust,
+                                                  expand=args.expand_env))
     if args.command == "check":
         return _check(args)
     if args.command == "demo":
@@ -99,7 +107,7 @@ def _check(args: argparse.Namespace) -> int:
     from exporter.demo import summary
     from exporter.pipeline.session import stop
 
-    config = _load_or_exit(args.config)
+    config = _load_or_exit(args.config, args.expand_env)
     exporter = Exporter(config)
     try:
         report = exporter.cycle()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -69,8 +71,38 @@ class ConfigError(Exception):
         self.errors = errors
 
 
-def load(path: str | os.PathLike[str]) -> Config:
-    """Read, parse and validate one YAML file; raise `ConfigError` with every problem found."""
+_ENV_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(text: str, filename: str, environ: Mapping[str, str]) -> str:
+    """`${NAME}` and `${NAME:-default}` replaced from `environ`, `$$` by `$` (Loki's
+    `-config.expand-env` rules), before the YAML is read: one file can then serve every pod
+    of a StatefulSet (its ordinal, its name). A variable that is unset and has no default
+    is an error naming its line."""
+    errors = []
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name, default = m.group(1), m.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        line = text.count("\n", 0, m.start()) + 1
+        errors.append(f"{filename}: line {line}: ${{{name}}} is not set in the environment "
+                      "(give a default with ${NAME:-value})")
+        return m.group(0)
+
+    expanded = _ENV_REFERENCE.sub(one, text)
+    if errors:
+        raise ConfigError(errors)
+    return expanded
+
+
+def load(path: str | os.PathLike[str], *, expand: bool = False) -> Config:
+    """Read, parse and validate one YAML file; raise `ConfigError` with every problem found.
+    `expand`: replace environment references first (`expand_env`)."""
     filename = os.fspath(path)
     try:
         with open(filename, encoding="utf-8") as f:
@@ -79,6 +111,8 @@ def load(path: str | os.PathLike[str]) -> Config:
         raise ConfigError([f"{filename}: cannot read: {e.strerror or e}"]) from None
     except UnicodeDecodeError as e:
         raise ConfigError([f"{filename}: cannot read: not UTF-8 text (byte {e.start})"]) from None
+    if expand:
+        text = expand_env(text, filename, os.environ)
     loader = _Loader(text)
     try:
         data = loader.get_single_data()

@@ -17,6 +17,7 @@ from exporter.units import parse_duration, parse_size
 
 T = TypeVar("T")
 
+_HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+(%\w+)?")  # names, IPv4, IPv6 (no brackets)
 _PULSAR_NAME = re.compile(r"[-=:.\w]+", re.ASCII)  # Pulsar's NamedEntity charset (Java's \w)
 _BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
 _SPARK_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|(spark|k8s)://\S+|yarn")
@@ -148,6 +149,9 @@ def url(*schemes: str) -> Convert[str]:
             host = None
         if not host or parts.scheme not in schemes:
             raise ValueError(f"expected a URL starting with {example}, found '{value}'")
+        if not _HOST.fullmatch(host):
+            hint = " (an environment reference? run with --config.expand-env)" * ("${" in host)
+            raise ValueError(f"'{host}' is not a host name or address in '{value}'{hint}")
         return value.strip()
 
     return convert

@@ -55,12 +55,15 @@ def _digest(path: Path) -> str | None:
 
 class ConfigFile:
     def __init__(self, path: str | Path, running: Config,
-                 adjust: Callable[[Config], Config] = lambda c: c) -> None:
+                 adjust: Callable[[Config], Config] = lambda c: c, *,
+                 expand: bool = False) -> None:
         """`adjust` re-applies command-line overrides (e.g. --web.listen-address) to
-        every loaded config, so a reload never undoes them."""
+        every loaded config, so a reload never undoes them; `expand`: environment
+        references are replaced at every load (--config.expand-env)."""
         self.path = Path(path)
         self.running = running
         self._adjust = adjust
+        self._expand = expand
         self._seen = _digest(self.path)
         self._requested = threading.Event()
 
@@ -77,7 +80,7 @@ class ConfigFile:
             return Unchanged()
         self._seen = digest
         try:
-            loaded = self._adjust(load(self.path))
+            loaded = self._adjust(load(self.path, expand=self._expand))
         except ConfigError as e:
             for line in e.errors:
                 log.error("config reload rejected, keeping the running config: %s", line)
