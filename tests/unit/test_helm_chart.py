@@ -613,3 +613,53 @@ def test_notes_say_whether_evictions_are_performed():
     enforcing = notes(ALL_ON)
     assert "ON" in enforcing and "dry run" not in enforcing
     assert "port-forward service/rel-pulsar-quota-exporter" in notes()
+
+
+PER_BROKER = {"perBroker": {"enabled": True, "brokers": 3,
+                            "metricsUrl": "http://pulsar-broker-${POD_INDEX}.pulsar-broker:8080"
+                                          "/metrics"},
+              "config": {"sources": {"service_url": "pulsar://pulsar-broker:6650"},
+                         "resource_groups": {"rg": {"publish": {"messages_per_second": 100},
+                                                    "tenants": ["public"]}}}}
+
+
+def test_per_broker_mode_is_a_statefulset_whose_pods_pick_their_broker(tmp_path: Path,
+                                                                      monkeypatch):
+    docs = render(PER_BROKER)
+    assert not [d for d in docs if d["kind"] == "Deployment"]
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == 3 and sts["spec"]["serviceName"] == one(
+        docs, "Service")["metadata"]["name"]
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    assert "--config.expand-env" in c["args"]
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+           for e in c["env"]}
+    assert env["POD_NAME"] == "metadata.name"
+    assert env["POD_INDEX"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+    assert restricted_violations(sts["spec"]["template"]) == []
+    # What pod 2 reads: its broker, and itself as the participant.
+    path = tmp_path / "config.yaml"
+    path.write_text(config_map(docs)["data"]["config.yaml"])
+    monkeypatch.setenv("POD_INDEX", "2")
+    monkeypatch.setenv("POD_NAME", "rel-pulsar-quota-exporter-2")
+    config = load(path, expand=True)
+    assert [b.url for b in config.sources.brokers] == [
+        "http://pulsar-broker-2.pulsar-broker:8080/metrics"]
+    assert config.resource_group_engine.participant == "rel-pulsar-quota-exporter-2"
+    with pytest.raises(ConfigError):
+        load(path)  # without expansion the URL is no URL
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+def test_per_broker_manifests_validate_against_kubernetes_schemas(kube):
+    for doc in render(PER_BROKER):
+        if doc["kind"] not in CRD_KINDS:
+            kubernetes_validate.validate(doc, kube, strict=True)
+
+
+def test_per_broker_needs_kubernetes_1_28_for_the_pod_index(capfd):
+    """Helm's lint logs a template's `fail` instead of reporting it: read the log."""
+    assert lint_problems(PER_BROKER, "1.28.0") == []
+    assert "Kubernetes >= 1.28" not in capfd.readouterr().err
+    lint_problems(PER_BROKER, "1.27.0")
+    assert "perBroker.enabled needs Kubernetes >= 1.28" in capfd.readouterr().err

@@ -74,7 +74,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/*
 The exporter's config file: .Values.config with exposition.listen set to 0.0.0.0:containerPort,
 the only address the Service and the probes can reach. A different listen set by the user
-fails the render rather than being silently replaced.
+fails the render rather than being silently replaced. With perBroker.enabled, sources.brokers
+is perBroker.metricsUrl and the participant is the pod's name (read with --config.expand-env).
 */}}
 {{- define "pqe.configFile" -}}
 {{- $config := deepCopy (.Values.config | default dict) }}
@@ -86,6 +87,14 @@ fails the render rather than being silently replaced.
 {{- end }}
 {{- $_ := set $exposition "listen" $listen }}
 {{- $_ := set $config "exposition" $exposition }}
+{{- if .Values.perBroker.enabled }}
+{{- $sources := deepCopy ((index $config "sources") | default dict) }}
+{{- $engine := deepCopy ((index $config "resource_group_engine") | default dict) }}
+{{- $_ := set $sources "brokers" (list (dict "url" .Values.perBroker.metricsUrl)) }}
+{{- $_ := set $engine "participant" "${POD_NAME}" }}
+{{- $_ := set $config "sources" $sources }}
+{{- $_ := set $config "resource_group_engine" $engine }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
