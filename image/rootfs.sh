@@ -43,17 +43,18 @@ echo "== root filesystem: $(du -sh --exclude=proc "$root" | cut -f1)"
 # A broker to scrape, on the host (the chroot shares the network), in a fresh directory.
 rm -rf "$work/broker"
 .venv/bin/python - "$work" <<'PY' &
-import sys, time, json
+import json, signal, sys, time
 from pathlib import Path
 from tests.harness.pulsar import PulsarLite
 broker = PulsarLite(Path(sys.argv[1]) / "broker").start()
+signal.signal(signal.SIGTERM, lambda *_: (broker.stop(), sys.exit(0)))
 broker.create_subscription("persistent://public/default/image-check", "stalled")
 broker.produce("persistent://public/default/image-check", 5)
 Path(sys.argv[1], "broker.json").write_text(json.dumps({"metrics": broker.metrics_url}))
 time.sleep(600)
 PY
 broker_pid=$!
-trap 'kill $broker_pid 2>/dev/null || true' EXIT
+trap 'kill $broker_pid 2>/dev/null || true; wait $broker_pid 2>/dev/null || true' EXIT
 for _ in $(seq 60); do [ -s "$work/broker.json" ] && break; sleep 1; done
 metrics_url=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['metrics'])" "$work/broker.json")
 rm -f "$work/broker.json"
