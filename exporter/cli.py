@@ -73,8 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         import dataclasses
         import logging
 
-        from exporter.app import run
-        from exporter.reload import ConfigFile
+        from exporter.config.reload import ConfigFile
+        from exporter.runtime.cycle import run
 
         def adjust(config):
             if not args.listen:
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         return _check(args)
     if args.command == "demo":
-        from exporter.demo import run_demo
+        from exporter.demo.run import run_demo
 
         return run_demo(args.duration)
     if args.command == "generate":
@@ -103,9 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _check(args: argparse.Namespace) -> int:
     import json
 
-    from exporter.app import Exporter
-    from exporter.demo import summary
+    from exporter.demo.run import summary
     from exporter.pipeline.session import stop
+    from exporter.runtime.cycle import Exporter
 
     config = _load_or_exit(args.config, args.expand_env)
     exporter = Exporter(config)

@@ -15,9 +15,9 @@ import math
 from collections.abc import Callable, Mapping
 
 from exporter.actions.orders import EvictionFailed, EvictionOrder, Evictor, Performed, Skipped
-from exporter.decide import Decisions
+from exporter.engine.decide import Decisions
+from exporter.exposition.build import Tallies
 from exporter.pipeline.model import Aggregates
-from exporter.publish import Tallies
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from exporter.configmodel import PolicySource, ResourceGroup
+from exporter.config.model import PolicySource, ResourceGroup
 
 
 def effective_groups(yaml: Mapping[str, ResourceGroup],

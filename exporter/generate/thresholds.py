@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 
 from exporter.config import Config, LoadManager, ResourceGroupEngine
-from exporter.units import format_duration
+from exporter.config.units import format_duration
 
 RUNBOOK_BASE_URL = (
     "https://github.com/pulsar-quota-exporter/pulsar-quota-exporter/blob/main/README.md"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from exporter.configmodel import MonitoringClass
+from exporter.config.model import MonitoringClass
 from exporter.transport.pulsarwire import NetworkUsage, Undecodable, WireError, decode
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from exporter.config import BrokerSource
-from exporter.configmodel import TlsClient
+from exporter.config.model import TlsClient
 from exporter.sources.model import ScrapeError, SourceHealth, SourceKind
 
 CHUNK_BYTES = 1 << 16

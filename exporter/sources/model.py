@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from exporter.configmodel import ResourceGroup
+from exporter.config.model import ResourceGroup
 from exporter.engine.quotas import PulsarQuotas
 
 

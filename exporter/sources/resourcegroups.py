@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import TypeVar
 from urllib.parse import quote
 
-from exporter.configmodel import RateLimit, ResourceGroup
+from exporter.config.model import RateLimit, ResourceGroup
 from exporter.sources.brokers import FetchFailure
 from exporter.sources.model import ScrapeError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pulsar
 
-from exporter.configmodel import Sources
+from exporter.config.model import Sources
 
 
 def client_options(sources: Sources) -> dict[str, Any]:

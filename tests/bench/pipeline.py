@@ -81,7 +81,7 @@ def _spark_processes() -> tuple[float, float]:
 
 def _serve(bodies_dir: Path) -> tuple[subprocess.Popen, str]:
     """A separate process serving the bodies' files over loopback HTTP."""
-    from exporter.embedded import free_port
+    from exporter.demo.embedded import free_port
 
     port = free_port()
     proc = subprocess.Popen(

@@ -45,7 +45,7 @@ from typing import Any, Self, TypeVar
 
 import pytest
 
-from exporter.embedded import BrokerFailed, free_ports
+from exporter.demo.embedded import BrokerFailed, free_ports
 from tests.harness.apache_pulsar_install import VERSION, home, installed
 from tests.harness.pulsar import Metrics
 from tests.harness.wait import poll

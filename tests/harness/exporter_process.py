@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from exporter.embedded import free_port
+from exporter.demo.embedded import free_port
 from tests.harness.process import ComponentMissing, ManagedProcess, http_get
 from tests.harness.pulsar import Metrics
 

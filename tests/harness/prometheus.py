@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from exporter.embedded import free_port
+from exporter.demo.embedded import free_port
 from tests.harness.loopback import LoopbackHTTP
 from tests.harness.process import ManagedProcess, ProcessFailed, http_get, require_binary
 from tests.harness.wait import poll

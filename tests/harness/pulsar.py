@@ -1,4 +1,4 @@
-"""A real pulsar-lite broker for tests: `exporter.embedded.EmbeddedBroker` (binary, TOML, free
+"""A real pulsar-lite broker for tests: `exporter.demo.embedded.EmbeddedBroker` (binary, TOML, free
 loopback ports, start / stop / restart) plus test conveniences: a workload over the official
 client, a small /metrics parser and polling helpers. Behaviour measured on pulsar-lite 0.2
 that they account for:
@@ -20,7 +20,13 @@ from typing import TypeVar
 
 import pytest
 
-from exporter.embedded import BinaryMissing, BrokerFailed, EmbeddedBroker, find_binary, free_port
+from exporter.demo.embedded import (
+    BinaryMissing,
+    BrokerFailed,
+    EmbeddedBroker,
+    find_binary,
+    free_port,
+)
 from tests.harness.wait import poll
 from tests.harness.workload import Workload
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pulsar
 
-from exporter.embedded import free_ports
+from exporter.demo.embedded import free_ports
 from tests.harness.apache_pulsar import ApachePulsar
 from tests.harness.certs import Issued, ScratchCA
 

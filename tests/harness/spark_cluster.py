@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyspark
 
-from exporter.embedded import free_port
+from exporter.demo.embedded import free_port
 from tests.harness.wait import poll
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 
-from exporter.app import Exporter
 from exporter.config import parse
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
+from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar
 from tests.harness.livebrokers import LiveBrokers
 

@@ -11,8 +11,8 @@ import uuid
 
 import pulsar
 
-from exporter.app import Exporter
 from exporter.config import parse
+from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar
 from tests.harness.livebrokers import LiveBrokers
 from tests.harness.pulsar import Metrics

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import CycleReport, Exporter
 from exporter.config import parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
-from exporter.server import Server, build_server
+from exporter.runtime.cycle import CycleReport, Exporter
+from exporter.server.http import Server, build_server
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.pulsar import Metrics
 

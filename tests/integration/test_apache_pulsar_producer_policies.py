@@ -17,8 +17,8 @@ import time
 import pulsar
 import pytest
 
-from exporter.app import Exporter
 from exporter.config import parse
+from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.livebrokers import LiveBrokers
 from tests.harness.pulsar import Metrics

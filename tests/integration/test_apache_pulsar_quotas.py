@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from exporter.app import Exporter
 from exporter.config import AdminSource, BacklogQuotas, PolicySource, parse
 from exporter.engine.quotas import QuotaType, resolve
+from exporter.runtime.cycle import Exporter
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.policies import PolicyCache
 from tests.harness.apache_pulsar import ApachePulsar, poll

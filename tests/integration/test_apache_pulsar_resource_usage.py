@@ -9,9 +9,9 @@ import threading
 import time
 import uuid
 
-from exporter.app import Exporter
 from exporter.config import parse
-from exporter.configmodel import BROKER_USAGE_TOPIC, USAGE_TOPIC
+from exporter.config.model import BROKER_USAGE_TOPIC, USAGE_TOPIC
+from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.livebrokers import LiveBrokers
 from tests.harness.pulsar import Metrics
@@ -62,11 +62,11 @@ def test_the_brokers_reports_read_beside_ours(apache_pulsar: ApachePulsar) -> No
     namespace = apache_pulsar.create_namespace("rg-usage")
     exporter = _exporter(apache_pulsar, group, namespace)
     try:
-        assert exporter.broker_reports is not None and exporter.exchange is not None
+        assert exporter.broker_reports is not None and exporter.runtime.exchange is not None
         assert exporter.broker_reports.channel.topic == BROKER_USAGE_TOPIC
-        assert exporter.exchange.channel.topic == USAGE_TOPIC
+        assert exporter.runtime.exchange.channel.topic == USAGE_TOPIC
         assert exporter.broker_reports.channel.wait_connected(30)
-        assert exporter.exchange.channel.wait_connected(30)
+        assert exporter.runtime.exchange.channel.wait_connected(30)
         # The group exists on the broker only now, so all its reports reach our reader.
         apache_pulsar.admin("PUT", f"/admin/v2/resourcegroups/{group}",
                             {"publishRateInMsgs": 1000, "publishRateInBytes": -1,

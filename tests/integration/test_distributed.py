@@ -17,7 +17,7 @@ import pulsar
 import pytest
 
 from exporter.config import MonitoringClass
-from exporter.configmodel import USAGE_TOPIC
+from exporter.config.model import USAGE_TOPIC
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from tests.harness.fleet import RG, Fleet
 

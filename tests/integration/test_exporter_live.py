@@ -12,9 +12,9 @@ import urllib.request
 import pulsar
 import pytest
 
-from exporter.app import Exporter
 from exporter.config import BacklogQuota, RetentionPolicy, parse
-from exporter.embedded import EmbeddedBroker
+from exporter.demo.embedded import EmbeddedBroker
+from exporter.runtime.cycle import Exporter
 from tests.harness.wait import poll
 
 TOPIC = "persistent://public/live/stalled"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from exporter.embedded import free_port
+from exporter.demo.embedded import free_port
 from tests.harness.exporter_process import ExporterProcess, run_cli
 from tests.harness.pulsar import Metrics, PulsarLite, pulsar_lite_fixture
 from tests.harness.wait import poll

@@ -3,7 +3,7 @@ Pulsar counts the backlog in entries and the publish counter in messages."""
 
 from __future__ import annotations
 
-from exporter.decide import _messages_per_entry
+from exporter.engine.decide import _messages_per_entry
 
 
 def test_a_batched_backlog_is_scaled_by_its_bytes():

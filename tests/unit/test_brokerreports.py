@@ -3,7 +3,7 @@ fed with recorded 4.0.8 payloads through a list standing in for the topic reader
 
 from __future__ import annotations
 
-from exporter.configmodel import MonitoringClass
+from exporter.config.model import MonitoringClass
 from exporter.sources.brokerreports import BrokerReports, ReportedUsage, broker_reports_for
 from exporter.transport.pulsarwire import WireError
 from tests.harness.resource_usage_info import entry, field, info, network

@@ -30,7 +30,7 @@ from exporter.config import (
     load,
     parse,
 )
-from exporter.units import format_duration, format_size
+from exporter.config.units import format_duration, format_size
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "exporter" / "data" / "demo.yaml"

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import pytest
 
 from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
-from exporter.app import Exporter
 from exporter.config import parse
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
+from exporter.runtime.cycle import Exporter
 from exporter.sources.brokers import FetchFailed, HealthLedger
 from exporter.sources.model import ScrapeError, Snapshot, SourceKind
 from tests.harness.pulsar import Metrics

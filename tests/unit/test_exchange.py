@@ -6,7 +6,7 @@ import math
 
 from exporter.config import MonitoringClass
 from exporter.engine.usage import Usage, UsageReport
-from exporter.exchange import from_wire, to_wire
+from exporter.runtime.exchange import from_wire, to_wire
 from exporter.transport.codec import WireReport, decode, encode
 
 

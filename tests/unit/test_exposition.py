@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.catalogue import BY_NAME, CATALOGUE, Domain, Metric, MetricType, Unit
-from exporter.exposition import (
+from exporter.exposition.metricset import (
     ExpositionError,
     HistogramValue,
     MetricSetBuilder,

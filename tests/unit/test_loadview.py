@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 from exporter.config import LoadManager
 from exporter.engine.loadbalance import Resource, ShedOutcome, SplitReason
-from exporter.exposition import MetricSetBuilder, render
-from exporter.loadview import (
+from exporter.engine.loadview import (
     Judged,
     Unjudged,
     UsageGap,
@@ -25,8 +24,9 @@ from exporter.loadview import (
     broker_ids,
     evaluate_load,
 )
+from exporter.exposition.build_load import add_load
+from exporter.exposition.metricset import MetricSetBuilder, render
 from exporter.pipeline.model import BROKERS, BUNDLES, FULL_BUNDLE, Aggregates
-from exporter.publish_load import add_load
 from exporter.sources.model import AdminSnapshot, BundleOwnership
 
 A = "http://broker-a:8080/metrics"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from exporter.config import parse
-from exporter.decide import Decider
 from exporter.engine.backlog import TimeSource
+from exporter.engine.decide import Decider
 from exporter.pipeline.merge import merge
 from exporter.pipeline.model import NAMESPACES, SOURCE_NAMESPACES, TOPIC_ONLY, TOPICS
 from exporter.pipeline.parse import parse_text

@@ -16,7 +16,7 @@ import pytest
 
 from exporter.config import LoadManager, ResourceGroup
 from exporter.engine.loadbalance import Resource, ShedOutcome
-from exporter.loadview import Judged, Unjudged, UsageGap, evaluate_load
+from exporter.engine.loadview import Judged, Unjudged, UsageGap, evaluate_load
 from exporter.pipeline import slices
 from exporter.pipeline.merge import bindings, bundle_ranges, in_range, merge
 from exporter.pipeline.model import FULL_BUNDLE, SCHEMAS, Aggregates, MalformedReason

@@ -6,7 +6,7 @@ import pytest
 
 from exporter.catalogue import ENFORCERS
 from exporter.config import RetentionPolicy
-from exporter.publish import enforcer
+from exporter.exposition.build import enforcer
 
 HOLD, EXC, EVICT = (RetentionPolicy.PRODUCER_REQUEST_HOLD, RetentionPolicy.PRODUCER_EXCEPTION,
                     RetentionPolicy.CONSUMER_BACKLOG_EVICTION)

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 
 from exporter.config import load
-from exporter.reload import ConfigFile, Reloaded, ReloadRejected, Unchanged
+from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected, Unchanged
 
 BASE = """\
 cluster: c1

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from exporter.scheduler import Scheduler
+from exporter.runtime.scheduler import Scheduler
 
 
 def test_fast_cycles_run_every_interval_and_skip_nothing():

@@ -21,9 +21,9 @@ import bcrypt
 import pytest
 
 from exporter.config import Exposition, Tls
-from exporter.exposition import CONTENT_TYPE
-from exporter.server import PublishedState, accepts_gzip, build_server, parse_listen
-from exporter.webconfig import (
+from exporter.exposition.metricset import CONTENT_TYPE
+from exporter.server.http import PublishedState, accepts_gzip, build_server, parse_listen
+from exporter.server.webconfig import (
     AuthOutcome,
     BasicAuth,
     WebConfig,

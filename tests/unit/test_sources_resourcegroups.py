@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from exporter.configmodel import PolicySource, RateLimit, ResourceGroup
+from exporter.config.model import PolicySource, RateLimit, ResourceGroup
 from exporter.engine.groups import effective_groups
 from exporter.sources.brokers import FetchFailure
 from exporter.sources.model import ScrapeError

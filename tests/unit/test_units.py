@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.units import format_duration, format_size, parse_duration, parse_size
+from exporter.config.units import format_duration, format_size, parse_duration, parse_size
 
 SI = {"KB": 1000, "kB": 1000, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
 IEC = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 
 from exporter.config import Config, PolicySource
-from exporter.exchange import UsageExchange
+from exporter.runtime.exchange import UsageExchange
 from exporter.sources.brokerreports import BrokerReports
 from exporter.sources.brokerreports import broker_reports_for as reports_reader
 from exporter.sources.collector import SourceCollector

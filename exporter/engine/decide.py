@@ -22,10 +22,10 @@ from exporter.engine.backlog import (
     TopicDecision,
     check,
 )
+from exporter.engine.loadview import LoadResult, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
 from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
-from exporter.loadview import LoadResult, evaluate_load
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot, TopicStats
 

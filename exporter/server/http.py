@@ -23,9 +23,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from exporter import __version__
-from exporter.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, openmetrics
-from exporter.negotiation import accepts_gzip, prefers_openmetrics
-from exporter.webconfig import CHALLENGE, AuthOutcome, BasicAuth, TlsContext, WebConfig
+from exporter.exposition.metricset import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, openmetrics
+from exporter.exposition.negotiation import accepts_gzip, prefers_openmetrics
+from exporter.server.webconfig import CHALLENGE, AuthOutcome, BasicAuth, TlsContext, WebConfig
 
 log = logging.getLogger(__name__)
 

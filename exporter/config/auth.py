@@ -11,9 +11,9 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from exporter import configvalues as cv
-from exporter.configmodel import TlsClient
-from exporter.configreader import Reader
+from exporter.config import values as cv
+from exporter.config.model import TlsClient
+from exporter.config.reader import Reader
 
 TLS_KEYS = ("ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify")
 

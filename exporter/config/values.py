@@ -12,8 +12,8 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from exporter.configreader import Convert, describe, did_you_mean, expected
-from exporter.units import parse_duration, parse_size
+from exporter.config.reader import Convert, describe, did_you_mean, expected
+from exporter.config.units import parse_duration, parse_size
 
 T = TypeVar("T")
 

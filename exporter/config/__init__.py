@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from exporter import configsections as sections
-from exporter import configvalues as cv
-from exporter.configmodel import (
+from exporter.config import sections
+from exporter.config import values as cv
+from exporter.config.model import (
     AdminSource,
     Allocator,
     BacklogQuota,
@@ -37,7 +37,7 @@ from exporter.configmodel import (
     Spark,
     Tls,
 )
-from exporter.configreader import Reader, describe, schema_keys
+from exporter.config.reader import Reader, describe, schema_keys
 
 __all__ = [
     "AdminSource",

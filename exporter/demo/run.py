@@ -17,9 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from exporter.app import Exporter
 from exporter.config import Config, load
-from exporter.embedded import EmbeddedBroker
+from exporter.demo.embedded import EmbeddedBroker
+from exporter.runtime.cycle import Exporter
 
 # Package data, beside this module in a checkout and in an installed wheel alike.
 DEMO_CONFIG = Path(__file__).resolve().parent / "data" / "demo.yaml"
@@ -77,9 +77,9 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
     """Run until `duration` or Ctrl-C. 1 when no cycle produced decisions: a demo whose
     every cycle failed must not look like one that worked."""
     from exporter.pipeline.session import stop as stop_spark
-    from exporter.scheduler import Scheduler
-    from exporter.server import build_server
-    from exporter.webconfig import load_web_config
+    from exporter.runtime.scheduler import Scheduler
+    from exporter.server.http import build_server
+    from exporter.server.webconfig import load_web_config
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = load(config_path)

@@ -345,7 +345,7 @@ def _family(m: re.Match[bytes]) -> bytes:
 def openmetrics(body: bytes) -> bytes:
     """A text-format 0.0.4 body (ours and prometheus-client's: each family's HELP line
     right before its TYPE line) as OpenMetrics 1.0.0, ending in `# EOF`. Computed once
-    per cycle, when a scraper first asks for it (server.py)."""
+    per cycle, when a scraper first asks for it (server/http.py)."""
     body = _SUFFIXED_FAMILY.sub(_family, body)
     body = _HELP.sub(lambda m: m.group(1) + _HELP_ESCAPE.sub(
         lambda e: b'\\"' if e.group() == b'"' else e.group(), m.group(2)), body)

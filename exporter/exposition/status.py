@@ -6,8 +6,8 @@ import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
-from exporter.decide import Decisions, GroupResult
 from exporter.engine.backlog import TopicDecision
+from exporter.engine.decide import Decisions, GroupResult
 from exporter.sources.model import SourceHealth
 
 

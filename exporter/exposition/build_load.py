@@ -8,8 +8,8 @@ exceeded threshold), so the bundle count does not multiply the cardinality.
 
 from __future__ import annotations
 
-from exporter.exposition import MetricSetBuilder
-from exporter.loadview import Judged, LoadResult
+from exporter.engine.loadview import Judged, LoadResult
+from exporter.exposition.metricset import MetricSetBuilder
 
 
 def add_load(builder: MetricSetBuilder, cluster: str, result: LoadResult) -> None:

@@ -21,22 +21,22 @@ from dataclasses import dataclass
 from exporter.actions.evict import evictor_for
 from exporter.actions.orders import Evictor
 from exporter.actions.plan import Enforcement, consumers_seen
-from exporter.assembly import broker_reports_for, collector_for, exchange_for
 from exporter.config import Config, ResourceGroup
-from exporter.decide import Decider, Decisions
+from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
+from exporter.engine.decide import Decider, Decisions
 from exporter.engine.groups import effective_groups
 from exporter.engine.usage import EntryRejected
-from exporter.exchange import UsageExchange, from_wire
-from exporter.exposition import process_body, render
+from exporter.exposition.build import CycleFacts, Tallies, build
+from exporter.exposition.metricset import process_body, render
+from exporter.exposition.status import view
 from exporter.pipeline.merge import merge
 from exporter.pipeline.tables import BrokerData, BrokerSide
-from exporter.publish import CycleFacts, Tallies, build
-from exporter.reload import ConfigFile, Reloaded, ReloadRejected
-from exporter.server import PublishedState, build_server
+from exporter.runtime.assembly import broker_reports_for, collector_for, exchange_for
+from exporter.runtime.exchange import UsageExchange, from_wire
+from exporter.server.http import PublishedState, build_server
 from exporter.sources.brokerreports import BrokerReports
 from exporter.sources.collector import SnapshotSource
 from exporter.sources.model import Snapshot
-from exporter.status import view
 
 log = logging.getLogger(__name__)
 
@@ -295,8 +295,8 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         stop: threading.Event | None = None, config_file: ConfigFile | None = None) -> int:
     """Serve until SIGTERM/SIGINT (or `stop` is set); reload `config_file` on SIGHUP or
     when it changes. Returns the exit status."""
-    from exporter.scheduler import Scheduler
-    from exporter.webconfig import load_web_config
+    from exporter.runtime.scheduler import Scheduler
+    from exporter.server.webconfig import load_web_config
 
     exporter = Exporter(config, config_file=config_file, participate=True)
     server = build_server(config.exposition.listen, exporter.state,

@@ -10,9 +10,9 @@ import socket
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from exporter import configauth as auth
-from exporter import configvalues as cv
-from exporter.configmodel import (
+from exporter.config import auth
+from exporter.config import values as cv
+from exporter.config.model import (
     AdminSource,
     Allocator,
     BacklogQuota,
@@ -28,8 +28,8 @@ from exporter.configmodel import (
     Spark,
     Tls,
 )
-from exporter.configreader import Reader, join, schema_keys
-from exporter.units import format_duration
+from exporter.config.reader import Reader, join, schema_keys
+from exporter.config.units import format_duration
 
 
 def sources(r: Reader, value: object, path: str) -> Sources:

@@ -136,7 +136,7 @@ class TlsClient:
     key_file: str | None = None
     server_name: str | None = None  # the name the certificate must carry (and SNI)
     insecure_skip_verify: bool = False
-    # The files' contents (configauth.py); `yaml: None`: no key of their own.
+    # The files' contents (config/auth.py); `yaml: None`: no key of their own.
     ca_pem: str | None = field(default=None, repr=False, metadata={"yaml": None})
     cert_pem: str | None = field(default=None, repr=False, metadata={"yaml": None})
     key_pem: str | None = field(default=None, repr=False, metadata={"yaml": None})
@@ -146,7 +146,7 @@ class TlsClient:
 class BrokerSource:
     url: str
     timeout: float = 10.0
-    # The Authorization header, from `authorization` or `basic_auth` (configauth.py);
+    # The Authorization header, from `authorization` or `basic_auth` (config/auth.py);
     # never printed. The reference file shows both keys.
     authorization: str | None = field(default=None, repr=False, metadata={"yaml": None})
     tls: TlsClient | None = field(default=None, metadata={"yaml": "tls_config"})

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from exporter import __version__
 from exporter.catalogue import CHECK_DURATION_BUCKETS
 from exporter.config import RetentionPolicy
-from exporter.decide import Decisions, GroupResult
 from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
-from exporter.exposition import HistogramValue, MetricSet, MetricSetBuilder
-from exporter.publish_load import add_load
+from exporter.engine.decide import Decisions, GroupResult
+from exporter.exposition.build_load import add_load
+from exporter.exposition.metricset import HistogramValue, MetricSet, MetricSetBuilder
 from exporter.sources.brokerreports import BrokerReportsView
 from exporter.sources.model import SourceHealth
 
