@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_or_exit(path: str, expand: bool = False):
-    from exporter.config import ConfigError, load
+    from exporter.config.load import ConfigError, load
 
     try:
         return load(path, expand=expand)

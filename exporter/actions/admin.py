@@ -23,7 +23,7 @@ from exporter.actions.orders import (
     Performed,
     Skipped,
 )
-from exporter.config import AdminSource
+from exporter.config.model import AdminSource
 
 log = logging.getLogger(__name__)
 _JAVA_INT_MAX = 2**31 - 1  # Pulsar's skip/{numMessages} is a Java int

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from exporter.actions.admin import AdminEvictor
 from exporter.actions.binary import BinaryEvictor
 from exporter.actions.orders import EvictionFailure, EvictionOrder, EvictionResult, Evictor, Skipped
-from exporter.config import Config
+from exporter.config.model import Config
 from exporter.transport.client import client_options
 
 

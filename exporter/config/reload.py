@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.config import Config, ConfigError, load
+from exporter.config.load import ConfigError, load
+from exporter.config.model import Config
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from exporter.config import Config, load
+from exporter.config.load import load
+from exporter.config.model import Config
 from exporter.demo.embedded import EmbeddedBroker
 from exporter.runtime.cycle import Exporter
 

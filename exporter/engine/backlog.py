@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 
-from exporter.config import BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.quotas import (
     PulsarQuotas,
     QuotaSource,

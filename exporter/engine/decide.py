@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from exporter.config import Config, MonitoringClass
+from exporter.config.model import Config, MonitoringClass
 from exporter.engine.agetable import AgeTables, Estimate, Method
 from exporter.engine.backlog import (
     SubscriptionBacklog,

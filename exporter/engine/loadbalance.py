@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from exporter.config import LoadManager
+from exporter.config.model import LoadManager
 
 # A full bundle name: the namespace ("tenant/ns", or "tenant/cluster/ns" for v1 names)
 # then the hash range, both ends 32-bit hex ("0x00000000_0x40000000").

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from exporter.config import LoadManager
+from exporter.config.model import LoadManager
 from exporter.engine.loadbalance import (
     BrokerLoad,
     BrokerVerdict,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.config import Allocator, MonitoringClass, ResourceGroupEngine
+from exporter.config.model import Allocator, MonitoringClass, ResourceGroupEngine
 from exporter.engine.allocators import allocate
 from exporter.engine.resourcegroups import need_to_report
 from exporter.engine.usage import (

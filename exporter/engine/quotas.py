@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from exporter.config import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
+from exporter.config.model import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
 from exporter.names import partitioned_parent
 
 

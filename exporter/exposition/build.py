@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from exporter import __version__
 from exporter.catalogue import CHECK_DURATION_BUCKETS
-from exporter.config import RetentionPolicy
+from exporter.config.model import RetentionPolicy
 from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
 from exporter.engine.decide import Decisions, GroupResult
 from exporter.exposition.build_load import add_load

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from exporter.config import Config, LoadManager, ResourceGroupEngine
+from exporter.config.model import Config, LoadManager, ResourceGroupEngine
 from exporter.config.units import format_duration
 
 RUNBOOK_BASE_URL = (

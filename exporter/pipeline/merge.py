@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.config import MonitoringClass, ResourceGroup
+from exporter.config.model import MonitoringClass, ResourceGroup
 from exporter.pipeline.model import (
     BROKERS,
     BUNDLES,

@@ -34,7 +34,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 import exporter
-from exporter.config import Spark
+from exporter.config.model import Spark
 
 APP_NAME = "pulsar-quota-exporter"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from exporter.config import Config, PolicySource
+from exporter.config.model import Config, PolicySource
 from exporter.runtime.exchange import UsageExchange
 from exporter.sources.brokerreports import BrokerReports
 from exporter.sources.brokerreports import broker_reports_for as reports_reader

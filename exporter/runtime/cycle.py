@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from exporter.actions.evict import evictor_for
 from exporter.actions.orders import Evictor
 from exporter.actions.plan import Enforcement, consumers_seen
-from exporter.config import Config, ResourceGroup
+from exporter.config.model import Config, ResourceGroup
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
 from exporter.engine.decide import Decider, Decisions
 from exporter.engine.groups import effective_groups

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from exporter.config import Config
+from exporter.config.model import Config
 from exporter.engine.usage import Usage, UsageReport
 from exporter.transport.channel import NotSent, UsageChannel
 from exporter.transport.codec import (

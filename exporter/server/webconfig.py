@@ -22,7 +22,7 @@ from enum import Enum
 
 import bcrypt
 
-from exporter.config import Exposition, Tls
+from exporter.config.model import Exposition, Tls
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
-from exporter.config import AdminSource
+from exporter.config.model import AdminSource
 from exporter.names import partitioned_parent
 from exporter.sources.adminjson import (
     bundles_from_json,

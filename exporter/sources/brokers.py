@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from exporter.config import BrokerSource
-from exporter.config.model import TlsClient
+from exporter.config.model import BrokerSource, TlsClient
 from exporter.sources.model import ScrapeError, SourceHealth, SourceKind
 
 CHUNK_BYTES = 1 << 16

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from exporter.config import Sources
+from exporter.config.model import Sources
 from exporter.sources.admin import AdminScraper
 from exporter.sources.model import Snapshot
 from exporter.sources.policies import PolicyCache

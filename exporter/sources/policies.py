@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import TypeVar
 from urllib.parse import quote
 
-from exporter.config import RetentionPolicy
+from exporter.config.model import RetentionPolicy
 from exporter.engine.quotas import PulsarQuotas, QuotaType, TypedQuota
 from exporter.sources.brokers import FetchFailure
 from exporter.sources.model import ScrapeError

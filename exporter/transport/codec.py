@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from exporter.config import MonitoringClass
+from exporter.config.model import MonitoringClass
 
 MAGIC = 0xB7
 VERSION = 1

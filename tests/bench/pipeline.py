@@ -100,7 +100,7 @@ def _serve(bodies_dir: Path) -> tuple[subprocess.Popen, str]:
 
 def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, int]:
     """(first cycle seconds, then job and merge seconds, medians), and the topics found."""
-    from exporter.config import BrokerSource
+    from exporter.config.model import BrokerSource
     from exporter.pipeline.merge import merge
     from exporter.pipeline.scrape import BrokerScrape, on_spark
 
@@ -192,7 +192,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
 
-    from exporter.config import Spark
+    from exporter.config.model import Spark
     from exporter.pipeline.session import get_session
 
     t0 = time.perf_counter()

@@ -31,7 +31,7 @@ import time
 import timeit
 import zlib
 
-from exporter.config import MonitoringClass
+from exporter.config.model import MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, decode, encode
 from exporter.transport.gate import initial_sequence
 

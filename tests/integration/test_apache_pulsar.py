@@ -30,7 +30,7 @@ from exporter.actions.orders import (
     Skipped,
 )
 from exporter.catalogue import EVICTION_FAILURE_REASONS
-from exporter.config import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.config.model import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.backlog import (
     SubscriptionBacklog,
     TimeSource,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from exporter.config import parse
+from exporter.config.load import parse
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
 from exporter.runtime.cycle import Exporter

@@ -11,7 +11,7 @@ import uuid
 
 import pulsar
 
-from exporter.config import parse
+from exporter.config.load import parse
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar
 from tests.harness.livebrokers import LiveBrokers

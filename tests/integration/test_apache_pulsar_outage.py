@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import parse
+from exporter.config.load import parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.cycle import CycleReport, Exporter
 from exporter.server.http import Server, build_server

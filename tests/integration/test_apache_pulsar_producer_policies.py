@@ -17,7 +17,7 @@ import time
 import pulsar
 import pytest
 
-from exporter.config import parse
+from exporter.config.load import parse
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.livebrokers import LiveBrokers

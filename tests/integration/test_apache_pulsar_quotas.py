@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 
-from exporter.config import AdminSource, BacklogQuotas, PolicySource, parse
+from exporter.config.load import parse
+from exporter.config.model import AdminSource, BacklogQuotas, PolicySource
 from exporter.engine.quotas import QuotaType, resolve
 from exporter.runtime.cycle import Exporter
 from exporter.sources.admin import AdminFetched, AdminScraper

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 
-from exporter.config import parse
+from exporter.config.load import parse
 from exporter.config.model import BROKER_USAGE_TOPIC, USAGE_TOPIC
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll

@@ -13,7 +13,7 @@ import pytest
 
 from exporter.actions.binary import BinaryEvictor
 from exporter.actions.orders import EvictionFailed, EvictionOrder, Performed
-from exporter.config import parse
+from exporter.config.load import parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.sources.model import ScrapeError
 from exporter.transport.channel import SENT, UsageChannel

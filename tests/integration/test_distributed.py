@@ -16,8 +16,7 @@ import time
 import pulsar
 import pytest
 
-from exporter.config import MonitoringClass
-from exporter.config.model import USAGE_TOPIC
+from exporter.config.model import USAGE_TOPIC, MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from tests.harness.fleet import RG, Fleet
 

@@ -30,7 +30,7 @@ from exporter.actions.orders import (
     Skipped,
 )
 from exporter.catalogue import EVICTION_FAILURE_REASONS
-from exporter.config import AdminSource, BrokerSource, Config, Sources
+from exporter.config.model import AdminSource, BrokerSource, Config, Sources
 from tests.harness.loopback import LoopbackHTTP
 from tests.harness.pulsar import PulsarLite, pulsar_lite_fixture
 

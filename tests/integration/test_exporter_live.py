@@ -12,7 +12,8 @@ import urllib.request
 import pulsar
 import pytest
 
-from exporter.config import BacklogQuota, RetentionPolicy, parse
+from exporter.config.load import parse
+from exporter.config.model import BacklogQuota, RetentionPolicy
 from exporter.demo.embedded import EmbeddedBroker
 from exporter.runtime.cycle import Exporter
 from tests.harness.wait import poll

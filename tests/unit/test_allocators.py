@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import Allocator
+from exporter.config.model import Allocator
 from exporter.engine.allocators import (
     HEADROOM,
     PROBE,

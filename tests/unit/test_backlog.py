@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.backlog import (
     Action,
     HolderBasis,

@@ -19,16 +19,14 @@ import yaml
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from exporter.config import (
+from exporter.config.load import ConfigError, load, parse
+from exporter.config.model import (
     Allocator,
     BacklogQuota,
     Config,
-    ConfigError,
     LoadManager,
     ResourceGroup,
     RetentionPolicy,
-    load,
-    parse,
 )
 from exporter.config.units import format_duration, format_size
 

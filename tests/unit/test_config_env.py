@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ConfigError, expand_env, load
+from exporter.config.load import ConfigError, expand_env, load
 from tests.unit.test_config import run_cli
 
 TEXT = """cluster: prod

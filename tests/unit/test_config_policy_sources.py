@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ConfigError, PolicySource, parse
+from exporter.config.load import ConfigError, parse
+from exporter.config.model import PolicySource
 from tests.unit.test_config import run_cli
 
 FILE = "q.yaml"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pytest
 
 from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
-from exporter.config import parse
+from exporter.config.load import parse
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
 from exporter.runtime.cycle import Exporter

@@ -25,7 +25,7 @@ import yaml
 
 import exporter
 from exporter import cli
-from exporter.config import ConfigError, load
+from exporter.config.load import ConfigError, load
 from exporter.generate import alerts, dashboards
 from exporter.generate import all as generate_all
 from exporter.generate import helm as helm_generate

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import LoadManager
+from exporter.config.model import LoadManager
 from exporter.engine.loadbalance import (
     BrokerLoad,
     BundleStats,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import LoadManager
+from exporter.config.model import LoadManager
 from exporter.engine.loadbalance import Resource, ShedOutcome, SplitReason
 from exporter.engine.loadview import (
     Judged,

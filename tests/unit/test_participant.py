@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import Allocator, MonitoringClass, ResourceGroupEngine
+from exporter.config.model import Allocator, MonitoringClass, ResourceGroupEngine
 from exporter.engine.participant import Participant
 from exporter.engine.usage import Usage, UsageReport
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config import parse
+from exporter.config.load import parse
 from exporter.engine.backlog import TimeSource
 from exporter.engine.decide import Decider
 from exporter.pipeline.merge import merge

@@ -14,7 +14,7 @@ own formulas (tests/harness/synthetic.py), never from the code under test.
 import pyarrow as pa
 import pytest
 
-from exporter.config import LoadManager, ResourceGroup
+from exporter.config.model import LoadManager, ResourceGroup
 from exporter.engine.loadbalance import Resource, ShedOutcome
 from exporter.engine.loadview import Judged, Unjudged, UsageGap, evaluate_load
 from exporter.pipeline import slices

@@ -7,7 +7,7 @@ import zipfile
 
 from pyspark.sql.functions import udf
 
-from exporter.config import Spark
+from exporter.config.model import Spark
 from exporter.pipeline.session import (
     get_session,
     keeping_sigint_handler,

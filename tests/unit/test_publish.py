@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.catalogue import ENFORCERS
-from exporter.config import RetentionPolicy
+from exporter.config.model import RetentionPolicy
 from exporter.exposition.build import enforcer
 
 HOLD, EXC, EVICT = (RetentionPolicy.PRODUCER_REQUEST_HOLD, RetentionPolicy.PRODUCER_EXCEPTION,

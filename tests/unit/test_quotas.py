@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
+from exporter.config.model import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
 from exporter.engine.backlog import (
     Action,
     LimitStatus,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from exporter.config import load
+from exporter.config.load import load
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected, Unchanged
 
 BASE = """\

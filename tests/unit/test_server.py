@@ -20,7 +20,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter.config import Exposition, Tls
+from exporter.config.model import Exposition, Tls
 from exporter.exposition.metricset import CONTENT_TYPE
 from exporter.server.http import PublishedState, accepts_gzip, build_server, parse_listen
 from exporter.server.webconfig import (

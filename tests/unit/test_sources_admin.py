@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import AdminSource
+from exporter.config.model import AdminSource
 from exporter.sources.admin import (
     AdminFetched,
     AdminScraper,

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import BrokerSource
+from exporter.config.model import BrokerSource
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.pipeline.tables import source_tables

@@ -3,7 +3,7 @@ test_sources_brokers.py)."""
 
 from __future__ import annotations
 
-from exporter.config import AdminSource, BrokerSource, Sources
+from exporter.config.model import AdminSource, BrokerSource, Sources
 from exporter.sources.collector import SourceCollector
 from exporter.sources.model import ScrapeError, SourceKind
 from tests.replay.admin_replay import TOPIC, AdminReplayServer

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.config import AdminSource, RetentionPolicy
+from exporter.config.model import AdminSource, RetentionPolicy
 from exporter.engine.quotas import QuotaType, TypedQuota
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.brokers import FetchFailure

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ConfigError, parse
+from exporter.config.load import ConfigError, parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.sources.brokers import tls_context
 from exporter.sources.model import ScrapeError

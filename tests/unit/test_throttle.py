@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from exporter.config import MonitoringClass, RateLimit, ResourceGroup
+from exporter.config.model import MonitoringClass, RateLimit, ResourceGroup
 from exporter.engine.throttle import (
     LimitedBy,
     ObservedRates,

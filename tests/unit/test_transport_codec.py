@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from exporter.config import MonitoringClass
+from exporter.config.model import MonitoringClass
 from exporter.transport.codec import (
     MAX_FIXED,
     MAX_REPORT_BYTES,

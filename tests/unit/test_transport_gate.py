@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import MonitoringClass
+from exporter.config.model import MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, decode, encode
 from exporter.transport.gate import (
     Admitted,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.config import MonitoringClass
+from exporter.config.model import MonitoringClass
 from exporter.engine.allocators import Observed, allocate
 from exporter.engine.usage import (
     UNKNOWN,
