@@ -1,8 +1,9 @@
-"""Pulsar's topic-name rules, stated once for every stage that needs them.
+"""Pulsar's naming rules, stated once for every stage that needs them.
 
 A partition of a partitioned topic is the topic `<parent>-partition-<N>`
 (Pulsar's TopicName.PARTITIONED_TOPIC_SUFFIX); policies set on the parent apply to each
-partition (TopicName.getPartitionedTopicName).
+partition (TopicName.getPartitionedTopicName). A bundle is named by its hash range,
+`0x<lower>_0x<upper>` in 32-bit hex (NamespaceBundle), after its namespace.
 """
 
 from __future__ import annotations
@@ -18,3 +19,15 @@ def partitioned_parent(topic: str) -> str | None:
     """The partitioned topic a partition belongs to; None for a topic that is none."""
     parent = _SUFFIX.sub("", topic)
     return parent if parent != topic else None
+
+
+_BUNDLE_RANGE = re.compile(r"0x([0-9a-fA-F]{1,8})_0x([0-9a-fA-F]{1,8})")
+
+
+def bundle_range(text: str) -> tuple[int, int] | None:
+    """`0x00000000_0x40000000` → (lower, upper); None when it is not a non-empty range."""
+    match = _BUNDLE_RANGE.fullmatch(text)
+    if match is None:
+        return None
+    lower, upper = int(match[1], 16), int(match[2], 16)
+    return (lower, upper) if lower < upper else None

@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 _HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+(%\w+)?")  # names, IPv4, IPv6 (no brackets)
 _PULSAR_NAME = re.compile(r"[-=:.\w]+", re.ASCII)  # Pulsar's NamedEntity charset (Java's \w)
-_BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
+BCRYPT_HASH = re.compile(r"\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}")
 _SPARK_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|(spark|k8s)://\S+|yarn")
 
 
@@ -211,7 +211,7 @@ def topic(domain: str) -> Convert[str]:
 
 def bcrypt(value: object) -> str:
     # Never echo the value: it may be a plain-text password.
-    if not isinstance(value, str) or not _BCRYPT.fullmatch(value):
+    if not isinstance(value, str) or not BCRYPT_HASH.fullmatch(value):
         raise ValueError(
             "expected a bcrypt hash starting with $2a$, $2b$ or $2y$ (e.g. from "
             "`htpasswd -nbBC 10 USER PASSWORD`); the value is not shown, it may be a password"

@@ -14,16 +14,15 @@ bytes per second.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from exporter.config.model import LoadManager
+from exporter.names import bundle_range
 
 # A full bundle name: the namespace ("tenant/ns", or "tenant/cluster/ns" for v1 names)
-# then the hash range, both ends 32-bit hex ("0x00000000_0x40000000").
-_BUNDLE_RANGE = re.compile(r"0x([0-9a-fA-F]{1,8})_0x([0-9a-fA-F]{1,8})")
+# then the hash range (names.bundle_range).
 
 
 def usage_percent(used: float, limit: float) -> float:
@@ -67,13 +66,10 @@ class BundleStats:
 
     def __post_init__(self) -> None:
         namespace, _, hash_range = self.name.rpartition("/")
-        if not namespace or _BUNDLE_RANGE.fullmatch(hash_range) is None:
+        if not namespace or bundle_range(hash_range) is None:
             raise ValueError(
-                f"bundle {self.name!r}: expected 'tenant/ns/0x<lower>_0x<upper>'"
+                f"bundle {self.name!r}: expected 'tenant/ns/0x<lower>_0x<upper>', lower < upper"
             )
-        lower, upper = self.hash_range
-        if lower >= upper:
-            raise ValueError(f"bundle {self.name!r}: empty hash range")
         _check_non_negative(
             self.name,
             topics=self.topics,
@@ -92,9 +88,9 @@ class BundleStats:
     @property
     def hash_range(self) -> tuple[int, int]:
         """(lower, upper) of the bundle's hash range."""
-        match = _BUNDLE_RANGE.fullmatch(self.name.rpartition("/")[2])
-        assert match is not None  # checked at construction
-        return int(match[1], 16), int(match[2], 16)
+        found = bundle_range(self.name.rpartition("/")[2])
+        assert found is not None  # checked at construction
+        return found
 
     @property
     def sessions(self) -> int:

@@ -23,7 +23,6 @@ rows per topic, not per sample. Rules (schemas and units: model.py):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 
@@ -32,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.config.model import MonitoringClass, ResourceGroup
+from exporter.names import bundle_range
 from exporter.pipeline.model import (
     BROKERS,
     BUNDLES,
@@ -62,7 +62,6 @@ _BUNDLE_VALUES = ("producers", "consumers", "rate_in", "rate_out", "throughput_i
 _USAGE_COLUMNS = tuple(f.name for f in BROKERS if f.name.endswith("_percent"))
 # Pulsar's LAST_BOUNDARY: the bundle ending there includes it (NamespaceBundles).
 _LAST_BOUNDARY = 0xFFFFFFFF
-_RANGE = re.compile(r"0x([0-9a-fA-F]{1,8})_0x([0-9a-fA-F]{1,8})")
 
 
 def merge(
@@ -188,15 +187,6 @@ def in_range(key: int, lower: int, upper: int) -> bool:
     return lower <= key < upper or (upper == _LAST_BOUNDARY and key == upper)
 
 
-def parse_range(text: str) -> tuple[int, int] | None:
-    """`0x00000000_0x40000000` → (lower, upper); None when it is not a non-empty range."""
-    match = _RANGE.fullmatch(text)
-    if match is None:
-        return None
-    lower, upper = int(match[1], 16), int(match[2], 16)
-    return (lower, upper) if lower < upper else None
-
-
 def bundle_ranges(bundles: Iterable[BundleOwnership]) -> dict[str, list[tuple[int, int, str]]]:
     """namespace → its bundles as (lower, upper, range name), by lower bound. A namespace
     whose ranges do not parse or overlap is left out (its topics fall in FULL_BUNDLE): a
@@ -205,7 +195,7 @@ def bundle_ranges(bundles: Iterable[BundleOwnership]) -> dict[str, list[tuple[in
     listed: dict[str, list[tuple[int, int, str]]] = {}
     broken: set[str] = set()
     for b in bundles:
-        bounds = parse_range(b.bundle)
+        bounds = bundle_range(b.bundle)
         if bounds is None:
             broken.add(b.namespace)
         else:

@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import logging
 import os
-import re
 import secrets
 import ssl
 import threading
@@ -23,10 +22,10 @@ from enum import Enum
 import bcrypt
 
 from exporter.config.model import Exposition, Tls
+from exporter.config.values import BCRYPT_HASH
 
 log = logging.getLogger(__name__)
 
-_BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 REALM = "pulsar-quota-exporter"
 CHALLENGE = f'Basic realm="{REALM}", charset="UTF-8"'
 
@@ -183,7 +182,7 @@ def load_web_config(exposition: Exposition) -> WebConfig:
             except (OSError, ssl.SSLError) as e:
                 errors.append(f"exposition.tls: certificate/key unusable: {e}")
     for user, hashed in exposition.basic_auth.items():
-        if not _BCRYPT_HASH.match(hashed):
+        if not BCRYPT_HASH.fullmatch(hashed):
             errors.append(f"exposition.basic_auth.{user}: not a bcrypt hash "
                           "(expected $2a$/$2b$/$2y$, e.g. from `htpasswd -nBC 10`)")
         if not user or ":" in user:
