@@ -8,18 +8,18 @@ from collections.abc import Callable
 
 from exporter.config.model import Config, PolicySource
 from exporter.runtime.exchange import UsageExchange
+from exporter.sources.adminside import AdminSide
 from exporter.sources.brokerreports import BrokerReports
 from exporter.sources.brokerreports import broker_reports_for as reports_reader
-from exporter.sources.collector import SourceCollector
 from exporter.transport.client import client_options
 
 log = logging.getLogger(__name__)
 
 
-def collector_for(config: Config) -> SourceCollector:
+def admin_side_for(config: Config) -> AdminSide:
     """The admin side; Pulsar's quota policies and resource groups are read unless
     they come from the YAML only."""
-    return SourceCollector(
+    return AdminSide(
         config.sources, read_quotas=config.backlog_quotas.source is not PolicySource.CONFIG,
         read_groups=config.resource_group_engine.source is not PolicySource.CONFIG)
 

@@ -31,11 +31,11 @@ from exporter.exposition.metricset import process_body, render
 from exporter.exposition.status import view
 from exporter.pipeline.merge import merge
 from exporter.pipeline.tables import BrokerData, BrokerSide
-from exporter.runtime.assembly import broker_reports_for, collector_for, exchange_for
+from exporter.runtime.assembly import admin_side_for, broker_reports_for, exchange_for
 from exporter.runtime.exchange import UsageExchange, from_wire
 from exporter.server.http import PublishedState, build_server
+from exporter.sources.adminside import SnapshotSource
 from exporter.sources.brokerreports import BrokerReports
-from exporter.sources.collector import SnapshotSource
 from exporter.sources.model import Snapshot
 
 log = logging.getLogger(__name__)
@@ -51,18 +51,18 @@ class CycleReport:
 
 class Exporter:
     def __init__(self, config: Config, *, brokers: BrokerSide | None = None,
-                 collector: SnapshotSource | None = None, evictor: Evictor | None = None,
+                 admin_side: SnapshotSource | None = None, evictor: Evictor | None = None,
                  state: PublishedState | None = None, clock: Callable[[], float] = time.time,
                  exchange: UsageExchange | None = None, config_file: ConfigFile | None = None,
                  participate: bool = False, broker_reports: BrokerReports | None = None):
         """`participate`: join the usage exchange (the `run` command); a one-off check
         does not, so it never shows up to peers as a participant. `brokers` (default: the
-        Spark job over `config.sources.brokers`, started on first use) and `collector` (the
+        Spark job over `config.sources.brokers`, started on first use) and `admin_side` (the
         admin side) are what tests replace."""
         self.config = config
         self._brokers = brokers
         self._side = ThreadPoolExecutor(1, thread_name_prefix="admin-scrape")
-        self.collector = collector or collector_for(config)
+        self.admin_side = admin_side or admin_side_for(config)
         self.evictor = evictor or evictor_for(config)
         self.state = state or PublishedState(config.check_interval)
         self.tallies = Tallies()
@@ -123,7 +123,7 @@ class Exporter:
 
         started = time.perf_counter()
         self._reload()
-        admin = self._side.submit(self.collector.collect)  # beside the Spark job
+        admin = self._side.submit(self.admin_side.collect)  # beside the Spark job
         brokers: BrokerData | None = None
         with stage("pipeline"):  # broker fetches, parse and per-broker tables: Spark tasks
             try:
@@ -199,7 +199,7 @@ class Exporter:
             self.exchange.close()
         if self.broker_reports is not None:
             self.broker_reports.close()
-        self.collector.close()
+        self.admin_side.close()
         self._side.shutdown(wait=False, cancel_futures=True)
 
     # --- usage exchange and reload -------------------------------------------------------
@@ -271,8 +271,8 @@ class Exporter:
         self.decider.reconfigure(new)
         if ((new.sources, new.backlog_quotas.source, new.resource_group_engine.source)
                 != (old.sources, old.backlog_quotas.source, old.resource_group_engine.source)):
-            self.collector.close()
-            self.collector = collector_for(new)
+            self.admin_side.close()
+            self.admin_side = admin_side_for(new)
         if new.sources.brokers != old.sources.brokers and self._brokers is not None:
             self._brokers = None  # a new plan over the new endpoints, at the next cycle
         if (new.sources, new.backlog_quotas.enforce) != (old.sources, old.backlog_quotas.enforce):

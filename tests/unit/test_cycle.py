@@ -93,7 +93,7 @@ def exporter_for(bodies: Sequence[str | None], *, enforce: bool):
         },
     }, "cycle.yaml")
     evictor, clock = RecordingEvictor(), Clock()
-    exporter = Exporter(config, brokers=ScriptedBrokers(bodies), collector=NoAdmin(),
+    exporter = Exporter(config, brokers=ScriptedBrokers(bodies), admin_side=NoAdmin(),
                         evictor=evictor, clock=clock)
     return exporter, evictor, clock
 

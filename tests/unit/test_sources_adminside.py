@@ -4,7 +4,7 @@ test_sources_brokers.py)."""
 from __future__ import annotations
 
 from exporter.config.model import AdminSource, BrokerSource, Sources
-from exporter.sources.collector import SourceCollector
+from exporter.sources.adminside import AdminSide
 from exporter.sources.model import ScrapeError, SourceKind
 from tests.replay.admin_replay import TOPIC, AdminReplayServer
 
@@ -15,8 +15,8 @@ def test_snapshot_carries_admin_data_and_health(tmp_path):
     ticks = iter(range(100, 200))
     with AdminReplayServer() as replay:
         sources = Sources(admin=AdminSource(replay.url, token_file=str(token), timeout=2.0))
-        with SourceCollector(sources, clock=lambda: float(next(ticks))) as collector:
-            snap = collector.collect()
+        with AdminSide(sources, clock=lambda: float(next(ticks))) as side:
+            snap = side.collect()
     assert TOPIC in {t.topic for t in snap.admin.topics}
     assert [(h.kind, h.source, h.up) for h in snap.health] == [
         (SourceKind.ADMIN, replay.url, True)]
@@ -26,8 +26,8 @@ def test_snapshot_carries_admin_data_and_health(tmp_path):
 def test_a_failing_admin_is_down_with_its_reason():
     with AdminReplayServer() as replay:
         sources = Sources(admin=AdminSource(replay.url, token_file=None, timeout=2.0))
-        with SourceCollector(sources) as collector:
-            snap = collector.collect()
+        with AdminSide(sources) as side:
+            snap = side.collect()
     assert snap.admin is None
     (admin,) = snap.health
     assert not admin.up and admin.last_error is ScrapeError.AUTH
@@ -35,6 +35,6 @@ def test_a_failing_admin_is_down_with_its_reason():
 
 def test_without_admin_there_is_no_admin_health():
     sources = Sources(brokers=(BrokerSource("http://127.0.0.1:1/metrics"),))
-    with SourceCollector(sources) as collector:
-        snap = collector.collect()
+    with AdminSide(sources) as side:
+        snap = side.collect()
     assert snap.admin is None and snap.health == ()

@@ -28,7 +28,7 @@ class SnapshotSource(Protocol):
     def close(self) -> None: ...
 
 
-class SourceCollector:
+class AdminSide:
     """Runs the admin source, when configured, for one cycle. Not re-entrant."""
 
     def __init__(self, sources: Sources, *, max_workers: int = 8,
@@ -54,7 +54,7 @@ class SourceCollector:
     def close(self) -> None:
         """Nothing held open between cycles (the admin client connects per walk)."""
 
-    def __enter__(self) -> SourceCollector:
+    def __enter__(self) -> AdminSide:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
