@@ -18,15 +18,8 @@ from dataclasses import dataclass, field
 from exporter.config.model import Config
 from exporter.engine.usage import Usage, UsageReport
 from exporter.transport.channel import NotSent, UsageChannel
-from exporter.transport.codec import (
-    MAX_SEQUENCE,
-    Entry,
-    Rates,
-    Undecodable,
-    WireReport,
-    decode,
-    encode,
-)
+from exporter.transport.codec import MAX_SEQUENCE, Entry, Rates, Undecodable, WireReport, encode
+from exporter.transport.decoder import decode
 from exporter.transport.gate import (
     Admitted,
     Own,

@@ -1,6 +1,7 @@
 """Usage reports between exporter instances over a non-persistent Pulsar topic (PIP-82).
 
-- `codec`: the versioned compact wire report and its strict decoder (pure);
+- `codec`: the versioned compact wire report and its encoder, `decoder` its strict
+  decoder (pure);
 - `gate`: per-peer admission — own echo, spoofed, too old, replayed (pure, time passed in);
 - `channel`: the producer and reader on the topic, reconnecting with back-off (I/O).
 
@@ -18,9 +19,9 @@ from exporter.transport.codec import (
     WireReject,
     WireReport,
     canonical,
-    decode,
     encode,
 )
+from exporter.transport.decoder import decode
 from exporter.transport.gate import (
     Admitted,
     GateOutcome,

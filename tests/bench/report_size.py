@@ -32,7 +32,8 @@ import timeit
 import zlib
 
 from exporter.config.model import MonitoringClass
-from exporter.transport.codec import Entry, Rates, WireReport, decode, encode
+from exporter.transport.codec import Entry, Rates, WireReport, encode
+from exporter.transport.decoder import decode
 from exporter.transport.gate import initial_sequence
 
 GROUPS_IN_FLEET = 100_000

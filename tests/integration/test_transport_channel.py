@@ -21,7 +21,8 @@ from exporter.transport.channel import (
     Sent,
     UsageChannel,
 )
-from exporter.transport.codec import Entry, Rates, WireReport, decode, encode
+from exporter.transport.codec import Entry, Rates, WireReport, encode
+from exporter.transport.decoder import decode
 from exporter.transport.gate import Admitted, Own, PeerGate
 from tests.harness.pulsar import PulsarLite, free_port, pulsar_lite_fixture
 from tests.harness.wait import poll

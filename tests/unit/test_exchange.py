@@ -7,7 +7,8 @@ import math
 from exporter.config.model import MonitoringClass
 from exporter.engine.usage import Usage, UsageReport
 from exporter.runtime.exchange import from_wire, to_wire
-from exporter.transport.codec import WireReport, decode, encode
+from exporter.transport.codec import WireReport, encode
+from exporter.transport.decoder import decode
 
 
 def test_reports_survive_the_wire_with_unlimited_dimensions_kept_apart():

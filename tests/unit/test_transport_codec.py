@@ -18,9 +18,9 @@ from exporter.transport.codec import (
     WireReject,
     WireReport,
     canonical,
-    decode,
     encode,
 )
+from exporter.transport.decoder import decode
 
 PUB, DIS = MonitoringClass.PUBLISH, MonitoringClass.DISPATCH
 SETTINGS = settings(max_examples=200, deadline=None)

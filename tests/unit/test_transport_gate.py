@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.config.model import MonitoringClass
-from exporter.transport.codec import Entry, Rates, WireReport, decode, encode
+from exporter.transport.codec import Entry, Rates, WireReport, encode
+from exporter.transport.decoder import decode
 from exporter.transport.gate import (
     Admitted,
     Own,
