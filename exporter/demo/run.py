@@ -23,7 +23,7 @@ from exporter.demo.embedded import EmbeddedBroker
 from exporter.runtime.cycle import Exporter
 
 # Package data, beside this module in a checkout and in an installed wheel alike.
-DEMO_CONFIG = Path(__file__).resolve().parent / "data" / "demo.yaml"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "data" / "demo.yaml"  # package data
 
 
 def _ports(config: Config) -> tuple[int, int]:
