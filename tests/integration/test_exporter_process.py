@@ -127,7 +127,8 @@ def test_run_becomes_ready_serves_and_stops_cleanly_on_a_signal(
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", exporter.port), timeout=2).close()
     assert "Traceback" not in log, log[-4000:]
-    assert re.search(r"^\S+ \S+ INFO exporter\.runtime\.cycle: stopped cleanly", log, re.M), log[-4000:]
+    stopped = r"^\S+ \S+ INFO exporter\.runtime\.cycle: stopped cleanly"
+    assert re.search(stopped, log, re.M), log[-4000:]
     # Nothing of the exporter outlives it (the Spark JVM exits with its parent).
     poll(exporter.group_members, "nothing left of the exporter's process group", EXIT_WITHIN,
          interval=0.2, until=lambda members: members == [])
