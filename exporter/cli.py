@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="regenerate the committed artefacts from the catalogue")
     g.add_argument("--check", action="store_true",
                    help="change nothing; exit 1 if any generated file is out of date")
+    g.add_argument("--selector", metavar="MATCHERS",
+                   help='label matchers added to every alert and dashboard query, e.g. '
+                   'job="pulsar-exporter",env="prod" (needs --out)')
+    g.add_argument("--out", metavar="DIR",
+                   help="write only the rules and dashboards, under DIR/alerts and "
+                   "DIR/dashboards, leaving the committed files alone")
     return p
 
 
@@ -96,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "generate":
         from exporter.generate.all import generate
 
-        return generate(check=args.check)
+        return generate(check=args.check, selector=args.selector, out=args.out)
     raise AssertionError(f"unhandled command {args.command}")
 
 

@@ -3,7 +3,9 @@
 Each rule file is a jinja template beside its output (`alerts/templates/`), rendered with the
 thresholds object. The generator then parses the result, checks the shape every alert must
 have (name prefix, severity, summary, description) and adds every `runbook_url` in one pass,
-so a rule cannot ship without a runbook and no template spells a URL.
+so a rule cannot ship without a runbook and no template spells a URL. Templates name series
+bare; the generator adds the thresholds' selector to every one of ours (selector.py) and
+refuses a rule where one lacks it, so no template can forget it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from types import MappingProxyType
 import yaml
 
 from exporter.catalogue import Domain
+from exporter.generate import selector
 from exporter.generate.checkout import ROOT
 from exporter.generate.thresholds import DEFAULT, Thresholds, template_environment
 
@@ -109,6 +112,11 @@ def render_rules(domain: Domain, thresholds: Thresholds = DEFAULT) -> str:
     for group in doc["groups"]:
         for rule in group["rules"]:
             problems += _check_rule(rule, prefix, template)
+            rule["expr"] = selector.select(rule["expr"], thresholds.selector)
+            problems += [
+                f"{template}: {rule.get('alert')}: {series} lacks {{{thresholds.selector_text}}}"
+                for series in selector.unselected(rule["expr"], thresholds.selector)
+            ]
             rule.setdefault("annotations", {})["runbook_url"] = thresholds.runbook_url(
                 rule.get("alert", "")
             )

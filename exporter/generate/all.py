@@ -8,6 +8,7 @@ from pathlib import Path
 
 from exporter.generate import alerts, dashboards, helm, readme, runbooks
 from exporter.generate.checkout import ROOT, NotACheckout, checkout
+from exporter.generate.thresholds import DEFAULT, Thresholds
 
 
 def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
@@ -20,10 +21,27 @@ def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
     }
 
 
-def generate(check: bool = False, root: Path = ROOT) -> int:
+def deployment_outputs(out: Path, thresholds: Thresholds) -> dict[Path, Callable[[str], str]]:
+    """The rules and dashboards rendered with `thresholds` (an operator's selector), laid out
+    under `out` as in the repository: alerts/*.rules.yaml, dashboards/*.json."""
+    made: dict[Path, Callable[[str], str]] = {
+        out / "alerts" / filename: (lambda _old, d=domain: alerts.render_rules(d, thresholds))
+        for domain, (_, filename) in alerts.RULE_FILES.items()
+    }
+    for d in dashboards.DASHBOARDS:
+        made[out / "dashboards" / d.file] = lambda _old, d=d: dashboards.render(d, thresholds)
+    return made
+
+
+def generate(check: bool = False, root: Path = ROOT, selector: str | None = None,
+             out: Path | str | None = None) -> int:
     """Write (or, with `check`, list) every out-of-date output under `root`. 0 when done or
     current, 1 when `check` finds stale files, 2 when this code is not running from a
-    checkout: the templates are read from there whatever `root` is."""
+    checkout: the templates are read from there whatever `root` is.
+
+    With `out`, write only the rules and dashboards, rendered with `selector` (default the
+    committed one), under `out` instead; the committed files are left alone. 2 for an
+    invalid selector."""
     try:
         checkout()
     except NotACheckout as e:
@@ -31,8 +49,23 @@ def generate(check: bool = False, root: Path = ROOT) -> int:
               "committed files, so run it from a source checkout (or an editable install, "
               "`pip install -e .`), not from an installed package.", file=sys.stderr)
         return 2
+    if out is not None:
+        try:
+            thresholds = DEFAULT if selector is None else DEFAULT.with_(selector=selector)
+        except ValueError as e:
+            print(f"generate: {e}", file=sys.stderr)
+            return 2
+        return _write(deployment_outputs(Path(out), thresholds), check, Path(out))
+    if selector is not None:
+        print("generate: --selector needs --out DIR: the committed files keep the default "
+              "selector", file=sys.stderr)
+        return 2
+    return _write(outputs(root), check, root)
+
+
+def _write(made: dict[Path, Callable[[str], str]], check: bool, root: Path) -> int:
     stale = []
-    for path, make in outputs(root).items():
+    for path, make in made.items():
         old = path.read_text(encoding="utf-8") if path.exists() else ""
         new = make(old)
         if new != old:

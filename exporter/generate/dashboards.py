@@ -4,7 +4,9 @@ Templates say what each panel shows: title, queries, unit, size and threshold li
 name metrics through `sel()`, which refuses a metric the catalogue lacks or a label the metric
 does not carry. The generator then does what is mechanical, so no template can get it wrong:
 panel ids, grid positions (panels flow left to right in rows of 24 columns), query refIds, and
-each panel's description, which ends with the catalogue's help text of every metric it queries.
+each panel's description, which ends with the catalogue's help text of every metric it queries,
+and the thresholds' selector in every query of ours (selector.py; generation fails if one
+lacks it), so the broker's own same-named series never show on our panels.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from exporter.catalogue import BY_NAME, CATALOGUE, Metric, Unit
+from exporter.generate import selector
 from exporter.generate.checkout import ROOT
 from exporter.generate.thresholds import DEFAULT, Thresholds, template_environment
 
@@ -140,6 +143,19 @@ def _layout(panels: list[dict]) -> None:
                                          [t["expr"] for t in targets])
 
 
+def _select(dashboard: Dashboard, doc: dict, thresholds: Thresholds) -> None:
+    """The selector into every panel query and template-variable query, in place."""
+    queries = [(t, "expr") for p in doc["panels"] for t in p.get("targets", [])]
+    queries += [(v, "query") for v in doc["templating"]["list"] if v["type"] == "query"]
+    problems = []
+    for holder, key in queries:
+        holder[key] = selector.select(holder[key], thresholds.selector)
+        problems += [f"{dashboard.slug}: {where} lacks {{{thresholds.selector_text}}}"
+                     for where in selector.unselected(holder[key], thresholds.selector)]
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 def render(dashboard: Dashboard, thresholds: Thresholds = DEFAULT) -> str:
     """The dashboard's JSON, as committed."""
     env = template_environment(TEMPLATES)
@@ -152,6 +168,7 @@ def render(dashboard: Dashboard, thresholds: Thresholds = DEFAULT) -> str:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{dashboard.slug}.json.j2 renders invalid JSON: {e}") from None
+    _select(dashboard, doc, thresholds)
     _layout(doc["panels"])
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 

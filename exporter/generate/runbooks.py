@@ -177,9 +177,9 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
         "PulsarQuotaExporterAbsent": Runbook(
             impact="As for PulsarQuotaExporterDown, and none of the exporter's other alerts "
             "can fire.",
-            diagnose=f"Prometheus' service discovery: is there a target with job "
-            f"`{t.exporter_job}`? (A different job name needs the alerts regenerated with "
-            "`exporter_job` set.)",
+            diagnose=f"Prometheus' service discovery: is there an `up` series matching "
+            f"`{{{t.selector_text}}}`? (Scraped under another job, the exporter needs the rules "
+            "rendered with `generate --selector`, see above.)",
             mitigate="Deploy the exporter, or fix the scrape configuration.",
         ),
         "PulsarQuotaExporterCyclesStalled": Runbook(

@@ -18,7 +18,12 @@ import jinja2
 
 from exporter.config.model import Config, LoadManager, ResourceGroupEngine
 from exporter.config.units import format_duration
+from exporter.generate import selector as selectors
 
+# The Prometheus job of the exporter's target: the Helm chart's ServiceMonitor sets it
+# (helm/pulsar-quota-exporter/values.yaml, serviceMonitor.job).
+EXPORTER_JOB = "pulsar-quota-exporter"
+DEFAULT_SELECTOR = f'job="{EXPORTER_JOB}"'
 RUNBOOK_BASE_URL = (
     "https://github.com/pulsar-quota-exporter/pulsar-quota-exporter/blob/main/README.md"
 )
@@ -29,7 +34,10 @@ class Thresholds:
     """Durations are seconds, ratios fractions (0.8 = 80 %)."""
 
     # --- where things are -------------------------------------------------------------------
-    exporter_job: str = "pulsar-quota-exporter"  # Prometheus `job` label of the exporter's target
+    # Label matchers every alert expression and dashboard query adds to each of our series
+    # (`label op "value"`, comma-separated), so a broker's own same-named PIP-323 series,
+    # scraped under its job, never fire our alerts nor show on our dashboards.
+    selector: str = DEFAULT_SELECTOR
     runbook_base_url: str = RUNBOOK_BASE_URL  # runbook_url = this + "#" + lower-case alert name
 
     # --- mirrored exporter settings (not visible as metrics) -----------------------------------
@@ -74,6 +82,10 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         problems = []
+        try:
+            selectors.parse(self.selector)
+        except ValueError as e:
+            problems.append(str(e))
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, str):
@@ -127,6 +139,11 @@ class Thresholds:
     @property
     def cycle_stalled_after(self) -> float:
         return self.cycle_stalled_intervals * self.check_interval
+
+    @property
+    def selector_text(self) -> str:
+        """The selector as the expressions carry it: `job="a", env="b"`."""
+        return selectors.text(self.selector)
 
     def runbook_url(self, alert: str) -> str:
         return f"{self.runbook_base_url}#{alert.lower()}"

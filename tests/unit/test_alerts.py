@@ -19,7 +19,8 @@ from exporter.catalogue import BY_NAME, CATALOGUE
 from exporter.config.model import Config, ResourceGroupEngine
 from exporter.generate import alerts as gen
 from exporter.generate import runbooks
-from exporter.generate.thresholds import DEFAULT, Thresholds
+from exporter.generate import selector as sel
+from exporter.generate.thresholds import DEFAULT, DEFAULT_SELECTOR, Thresholds
 from tests.harness.prometheus import Alertmanager
 from tests.harness.wait import poll
 
@@ -205,6 +206,20 @@ def test_expressions_select_only_catalogue_metrics():
         assert names <= allowed, (rule["alert"], names - allowed)
 
 
+def test_every_series_in_every_expression_carries_the_selector():
+    """A broker's same-named PIP-323 series (another job) must never be selected: each name in
+    each committed expression is followed by braces holding job="pulsar-quota-exporter"."""
+    assert DEFAULT.selector == DEFAULT_SELECTOR == 'job="pulsar-quota-exporter"'
+    for _, rule in committed_rules():
+        expr = rule["expr"]
+        names = metric_names(expr)
+        for name in names:
+            for m in re.finditer(rf"(?<![\w:]){name}(?![\w:])", expr):
+                assert expr[m.end():].startswith('{job="pulsar-quota-exporter"'), (
+                    rule["alert"], name)
+        assert sel.unselected(expr, DEFAULT.selector) == [], rule["alert"]
+
+
 def test_metric_name_parser_finds_what_it_should():
     expr = ('histogram_quantile(0.99, sum by (le) (rate(a_bucket{x="y z"}[5m]))) > 1e-9 '
             "* ignoring (q) group_left b and on (c) (max without (i) (d) == bool 1)"
@@ -269,21 +284,118 @@ def rule_of(thresholds: Thresholds, name: str) -> gen.Alert:
 
 def test_thresholds_reach_the_expression_and_the_description():
     t = DEFAULT.with_(backlog_near_ratio=0.7, rg_overshoot_ratio=1.25, check_slow_fraction=0.25,
-                      exporter_job="pulsar-qe", rg_saturated_for=900)
+                      selector='job="pulsar-qe"', rg_saturated_for=900)
     near = rule_of(t, "PulsarBacklogAgeNearQuota")
     assert re.search(r">=\s*0\.7\b", near.expr) and "(warning from 70%)" in near.annotations[
         "description"]
     over = rule_of(t, "PulsarResourceGroupQuotaOvershoot")
     assert re.search(r">\s*1\.25\b", over.expr) and "(125%)" in over.annotations["description"]
     slow = rule_of(t, "PulsarBacklogQuotaCheckSlow")
-    assert re.search(r">\s*0\.25 \* pulsar_quota_exporter_check_interval_seconds$",
-                     slow.expr.strip())
+    assert re.search(
+        r'>\s*0\.25 \* pulsar_quota_exporter_check_interval_seconds\{job="pulsar-qe"\}$',
+        slow.expr.strip())
     assert "above 25% of its check interval" in slow.annotations["description"]
     assert 'up{job="pulsar-qe"}' in rule_of(t, "PulsarQuotaExporterDown").expr
     saturated = rule_of(t, "PulsarResourceGroupSaturated")
     assert saturated.for_ == "15m" and "for 15m" in saturated.annotations["description"]
     default_near = rule_of(DEFAULT, "PulsarBacklogAgeNearQuota")
     assert "(warning from 80%)" in default_near.annotations["description"]
+
+
+# --- the selector -----------------------------------------------------------------------------
+
+JOB = 'job="pulsar-quota-exporter"'
+
+
+@pytest.mark.parametrize(("expr", "expected"), [
+    # a bare name; a suffix form of the catalogue's (histogram bucket, counter total)
+    ("pulsar_storage_backlog_size > 0", f"pulsar_storage_backlog_size{{{JOB}}} > 0"),
+    # a name with matchers: ours go first, theirs (and Grafana's $variables) stay
+    ('pulsar_storage_backlog_quota_exceeded{quota_type="time", cluster=~"$cluster"} == 1',
+     f'pulsar_storage_backlog_quota_exceeded{{{JOB}, quota_type="time", cluster=~"$cluster"}}'
+     " == 1"),
+    ("pulsar_storage_backlog_size{}", f"pulsar_storage_backlog_size{{{JOB}}}"),
+    # histogram_quantile over _bucket, a range after the name, a by() label list
+    ("histogram_quantile(0.99, sum by (le, cluster) (rate("
+     "pulsar_storage_backlog_quota_check_duration_seconds_bucket[5m])))",
+     "histogram_quantile(0.99, sum by (le, cluster) (rate("
+     f"pulsar_storage_backlog_quota_check_duration_seconds_bucket{{{JOB}}}[5m])))"),
+    ("increase(pulsar_quota_exporter_evictions_failed_total[$__rate_interval]) > 1e-9",
+     f"increase(pulsar_quota_exporter_evictions_failed_total{{{JOB}}}[$__rate_interval])"
+     " > 1e-9"),
+    # a name inside a string is text, not a series; label lists of on()/group_left() too
+    ('label_replace(x, "a", "pulsar_storage_backlog_size", "b", ".*")',
+     'label_replace(x, "a", "pulsar_storage_backlog_size", "b", ".*")'),
+    ('x{topic="pulsar_storage_backlog_size"}', 'x{topic="pulsar_storage_backlog_size"}'),
+    ("a * on (cluster) group_left (topic) pulsar_storage_backlog_size",
+     f"a * on (cluster) group_left (topic) pulsar_storage_backlog_size{{{JOB}}}"),
+    # a metric not in the catalogue (a broker's own, Prometheus' own) is not ours to select
+    ("pulsar_storage_write_rate + process_cpu_seconds_total + pulsar_storage_backlog_sizes",
+     "pulsar_storage_write_rate + process_cpu_seconds_total + pulsar_storage_backlog_sizes"),
+    # `up` is: the exporter's target
+    ("absent(up) or up == 0", f"absent(up{{{JOB}}}) or up{{{JOB}}} == 0"),
+    # already selected: left alone (the rewrite is idempotent)
+    (f"pulsar_storage_backlog_size{{{JOB}}}", f"pulsar_storage_backlog_size{{{JOB}}}"),
+])
+def test_select_adds_the_selector_to_our_series_only(expr, expected):
+    assert sel.select(expr, JOB) == expected
+    assert sel.select(expected, JOB) == expected
+    assert sel.unselected(expected, JOB) == []
+
+
+def test_select_writes_every_matcher_of_a_custom_selector_and_the_check_sees_a_missing_one():
+    custom = ' job = "pulsar-exporter",env=~"prod|staging" '
+    assert sel.text(custom) == 'job="pulsar-exporter", env=~"prod|staging"'
+    out = sel.select("rate(pulsar_quota_exporter_cycles_skipped_total[5m])", custom)
+    assert out == ('rate(pulsar_quota_exporter_cycles_skipped_total'
+                   '{job="pulsar-exporter", env=~"prod|staging"}[5m])')
+    half = 'pulsar_storage_backlog_size{job="pulsar-exporter"} + pulsar_storage_backlog_size'
+    assert [m.split()[0] for m in sel.unselected(half, custom)] == [
+        "pulsar_storage_backlog_size", "pulsar_storage_backlog_size"]
+    with pytest.raises(ValueError, match="already matches job"):
+        sel.select('up{job="other"}', custom)  # a template pinning its own job is refused
+
+
+@pytest.mark.parametrize(("selector", "message"), [
+    ("", "empty"),
+    ("job=pulsar-quota-exporter", "not `label op \"value\"`"),
+    ("job=='x'", "not `label op"),
+    ('job="a" env="b"', "not `label op"),
+    ('job="a",', "matcher 2"),
+    ('job~="a"', "not `label op"),
+    ('1job="a"', "not `label op"),
+    ('__name__="up"', "__name__"),
+    ('job="a", job="b"', "twice"),
+])
+def test_an_invalid_selector_is_refused_with_a_clear_error(selector, message):
+    with pytest.raises(ValueError, match=message):
+        DEFAULT.with_(selector=selector)
+
+
+@pytest.mark.parametrize("selector", [
+    'job="pulsar-exporter",env="prod"', 'job=~"pulsar-.*"', 'job!="pulsar"',
+    'job="a, b", team!~"x|y"', r'job="quote \" inside"',
+])
+def test_valid_selectors_reach_every_expression_and_promtool_accepts_them(selector, tmp_path):
+    t = DEFAULT.with_(selector=selector)
+    groups = []
+    for domain in gen.RULE_FILES:
+        groups += yaml.safe_load(gen.render_rules(domain, t))["groups"]
+    for group in groups:
+        for rule in group["rules"]:
+            assert sel.text(selector) in rule["expr"], rule["alert"]
+            assert sel.unselected(rule["expr"], selector) == [], rule["alert"]
+    path = tmp_path / "custom.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    result = run(tool("promtool"), "check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_template_naming_a_series_the_rewrite_misses_fails_generation(monkeypatch):
+    """The check is its own scan: a reference `select` skipped by mistake still fails."""
+    monkeypatch.setattr(sel, "select", lambda expr, selector, names=sel.NAMES: expr)
+    with pytest.raises(ValueError, match=r"pulsar_storage_backlog_size .* lacks"):
+        gen.render_rules(next(iter(gen.RULE_FILES)))
 
 
 def test_rules_on_the_exporters_cadence_read_it_from_its_metrics_not_the_thresholds():

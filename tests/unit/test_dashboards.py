@@ -19,6 +19,7 @@ from test_alerts import metric_names  # tests/unit is on sys.path (pytest prepen
 
 from exporter.catalogue import BY_NAME, CATALOGUE
 from exporter.generate import dashboards as gen
+from exporter.generate import selector as sel
 from exporter.generate.thresholds import DEFAULT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +115,34 @@ def test_queries_select_only_catalogue_metrics_and_filter_by_cluster(docs):
                 assert {metric for metric, _ in selectors} == found, (name, p["title"])
                 for metric, matchers in selectors:
                     assert 'cluster=~"$cluster"' in matchers, (name, p["title"], metric)
+
+
+def all_queries(doc: dict) -> list[str]:
+    return queries(doc) + [v["query"] for v in doc["templating"]["list"] if v["type"] == "query"]
+
+
+def test_every_query_selects_the_exporters_job_first(docs):
+    """A broker's same-named PIP-323 series (scraped under its own job) never show up."""
+    for name, doc in docs.items():
+        for expr in all_queries(doc):
+            selectors = re.findall(r"(\w+)\{([^}]*)\}", expr)
+            assert selectors and {m for m, _ in selectors} == metric_names(expr) & SAMPLES, (
+                name, expr)
+            for metric, matchers in selectors:
+                assert matchers.startswith('job="pulsar-quota-exporter"'), (name, metric)
+            assert sel.unselected(expr, DEFAULT.selector) == [], (name, expr)
+
+
+def test_a_custom_selector_reaches_every_query_and_keeps_the_variable_filters(docs):
+    t = DEFAULT.with_(selector='job="pulsar-exporter",env="prod"')
+    for d in gen.DASHBOARDS:
+        custom, committed = rendered(d.slug, t), docs[d.file]
+        pairs = list(zip(all_queries(custom), all_queries(committed), strict=True))
+        for mine, theirs in pairs:
+            assert "pulsar-quota-exporter" not in mine
+            assert mine == theirs.replace('job="pulsar-quota-exporter"',
+                                          'job="pulsar-exporter", env="prod"')
+        assert any('cluster=~"$cluster"' in mine for mine, _ in pairs)
 
 
 def test_variable_queries_use_catalogue_metrics(docs):
@@ -231,11 +260,14 @@ def test_threshold_lines_come_from_the_thresholds_object(docs):
     slow = panel_of(rendered("backlog-quotas", t), "Check duration against the check interval")
     assert steps_of(rendered("backlog-quotas", t), slow["title"]) == []
     assert [x["expr"] for x in slow["targets"]][3:] == [
-        '0.25 * max(pulsar_quota_exporter_check_interval_seconds{cluster=~"$cluster"})',
-        'max(pulsar_quota_exporter_check_interval_seconds{cluster=~"$cluster"})']
+        '0.25 * max(pulsar_quota_exporter_check_interval_seconds{job="pulsar-quota-exporter", '
+        'cluster=~"$cluster"})',
+        'max(pulsar_quota_exporter_check_interval_seconds{job="pulsar-quota-exporter", '
+        'cluster=~"$cluster"})']
     stalled = panel_of(rendered("exporter-health", t), "Time since the last completed cycle")
     assert stalled["targets"][1]["expr"] == (
-        '5 * max(pulsar_quota_exporter_check_interval_seconds{cluster=~"$cluster"})')
+        '5 * max(pulsar_quota_exporter_check_interval_seconds{job="pulsar-quota-exporter", '
+        'cluster=~"$cluster"})')
     assert "5 check intervals (dashed)" in stalled["description"]
 
 

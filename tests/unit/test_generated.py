@@ -58,3 +58,51 @@ def test_generate_refuses_with_2_outside_a_checkout(tmp_path, monkeypatch, capsy
     assert generate(check=False, root=tmp_path) == 2
     assert "not a pulsar-quota-exporter checkout" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def _committed_texts() -> dict:
+    return {p: p.read_text(encoding="utf-8") for p in outputs()}
+
+
+def test_generate_with_a_selector_writes_rules_and_dashboards_elsewhere(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from exporter import cli
+    from exporter.generate import alerts, dashboards
+
+    before = _committed_texts()
+    out = tmp_path / "mine"
+    assert cli.main(["generate", "--selector", 'job="pulsar-exporter",env="prod"',
+                     "--out", str(out)]) == 0
+    assert _committed_texts() == before  # the committed files are untouched
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == sorted([f"alerts/{f}" for _, f in alerts.RULE_FILES.values()]
+                             + [f"dashboards/{d.file}" for d in dashboards.DASHBOARDS])
+    assert "wrote: alerts/backlog.rules.yaml" in capsys.readouterr().err
+    exprs = [r["expr"] for _, f in alerts.RULE_FILES.values()
+             for g in yaml.safe_load((out / "alerts" / f).read_text())["groups"]
+             for r in g["rules"]]
+    exprs += [t["expr"] for d in dashboards.DASHBOARDS
+              for p in json.loads((out / "dashboards" / d.file).read_text())["panels"]
+              for t in p.get("targets", [])]
+    assert exprs and all('{job="pulsar-exporter", env="prod"' in e for e in exprs)
+    assert not any("pulsar-quota-exporter" in e for e in exprs)
+    # current now: --check agrees, and a second run writes nothing
+    assert generate(check=True, selector='job="pulsar-exporter",env="prod"', out=out) == 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "--selector", "job=pulsar-exporter", "--out", "{out}"],  # unquoted value
+    ["generate", "--selector", 'job="pulsar-exporter"'],  # would overwrite the committed files
+])
+def test_generate_refuses_a_bad_selector_or_one_without_out(argv, tmp_path, capsys):
+    from exporter import cli
+
+    before = _committed_texts()
+    assert cli.main([a.replace("{out}", str(tmp_path / "o")) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "selector" in err and ('label op "value"' in err or "--out" in err)
+    assert _committed_texts() == before
+    assert not (tmp_path / "o").exists()

@@ -29,7 +29,7 @@ from exporter.config.load import ConfigError, load
 from exporter.generate import alerts, dashboards
 from exporter.generate import all as generate_all
 from exporter.generate import helm as helm_generate
-from exporter.generate.thresholds import Thresholds
+from exporter.generate.thresholds import DEFAULT_SELECTOR, EXPORTER_JOB
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "pulsar-quota-exporter"
@@ -495,7 +495,40 @@ def test_servicemonitor_selects_the_service_and_its_port(values):
     assert endpoint["path"] == "/metrics"
     assert endpoint["honorLabels"] is True  # keeps the exporter's Pulsar `namespace` label
     job = endpoint["relabelings"][0]
-    assert (job["targetLabel"], job["replacement"]) == ("job", Thresholds().exporter_job)
+    assert (job["targetLabel"], job["replacement"]) == ("job", EXPORTER_JOB)
+
+
+def test_the_charts_job_is_the_one_the_generated_rules_and_dashboards_select():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["serviceMonitor"]["job"] == EXPORTER_JOB
+    assert f'job="{EXPORTER_JOB}"' == DEFAULT_SELECTOR
+    for template in ("prometheusrule.yaml", "dashboards-configmap.yaml"):
+        text = (CHART / "templates" / template).read_text()
+        assert "pulsar-quota-exporter\\" in text and "serviceMonitor.job" in text, template
+
+
+@pytest.mark.parametrize("job", ["pulsar-exporter", "pulsar-quota-exporter"])
+def test_rules_and_dashboards_follow_the_servicemonitor_job(job):
+    """Rename the job and the PrometheusRule and dashboards select the new one; never a bare
+    series a broker's own same-named PIP-323 metrics could match."""
+    docs = render({"serviceMonitor": {"enabled": True, "job": job},
+                   "prometheusRule": {"enabled": True}, "dashboards": {"enabled": True}})
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["relabelings"][0]["replacement"] == job
+    rule = one(docs, "PrometheusRule")
+    originals = {r["alert"]: r["expr"] for g in alert_file_groups() for r in g["rules"]}
+    rendered = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert rendered.keys() == originals.keys()
+    for name, expr in rendered.items():
+        assert expr == originals[name].replace(DEFAULT_SELECTOR, f'job="{job}"'), name
+        assert f'{{job="{job}"' in expr, name
+    cm = one(docs, "ConfigMap", "-dashboards")
+    for name, text in cm["data"].items():
+        committed = (CHART / "files" / "dashboards" / name).read_text(encoding="utf-8")
+        assert text == committed.replace('job=\\"pulsar-quota-exporter\\"', f'job=\\"{job}\\"')
+        doc = json.loads(text)
+        exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+        assert exprs and all(f'{{job="{job}"' in e for e in exprs), name
 
 
 def test_servicemonitor_passes_scrape_settings_and_labels():
