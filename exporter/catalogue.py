@@ -47,6 +47,7 @@ SCRAPE_ERROR_REASONS = (
 )
 REPORT_REJECT_REASONS = (
     "malformed", "truncated", "oversized", "unknown_version", "replayed", "spoofed", "too_old",
+    "unsigned", "unknown_key", "bad_signature",
 )
 BROKER_REPORT_REJECT_REASONS = ("truncated", "malformed", "missing_fields", "oversized")
 EVICTION_FAILURE_REASONS = (

@@ -15,10 +15,11 @@ from exporter.config import values as cv
 from exporter.config.model import TlsClient
 from exporter.config.reader import Reader
 
+MIN_SECRET_BYTES = 16  # a shorter shared HMAC secret is guessable offline from one report
 TLS_KEYS = ("ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify")
 
 
-def _read(r: Reader, path: str, file: str | None, *, strip: bool = False) -> str | None:
+def read(r: Reader, path: str, file: str | None, *, strip: bool = False) -> str | None:
     if file is None:
         return None
     try:
@@ -32,7 +33,7 @@ def _read(r: Reader, path: str, file: str | None, *, strip: bool = False) -> str
 def secret(r: Reader, path: str, file: str | None) -> str | None:
     """A credentials file's content, stripped of surrounding whitespace (a trailing newline
     is no part of a token or password); an empty one is an error."""
-    content = _read(r, path, file, strip=True)
+    content = read(r, path, file, strip=True)
     if content == "":
         r.error(path, f"{file!r} is empty")
         return None
@@ -80,7 +81,25 @@ def tls_config(r: Reader, value: object, path: str) -> TlsClient | None:
         **files,
         server_name=r.get(t, "server_name", path, cv.string, None),
         insecure_skip_verify=r.get(t, "insecure_skip_verify", path, cv.boolean, False),
-        ca_pem=_read(r, f"{path}.ca_file", files["ca_file"]),
-        cert_pem=_read(r, f"{path}.cert_file", files["cert_file"]),
-        key_pem=_read(r, f"{path}.key_file", files["key_file"]),
+        ca_pem=read(r, f"{path}.ca_file", files["ca_file"]),
+        cert_pem=read(r, f"{path}.cert_file", files["cert_file"]),
+        key_pem=read(r, f"{path}.key_file", files["key_file"]),
     )
+
+
+def parse_secrets(text: str) -> tuple[bytes, ...]:
+    """The secrets of a secret file, signing one first. Raises ValueError (never quoting
+    a secret) when there is none or one is too short."""
+    secrets = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        raw = line.encode("utf-8")
+        if len(raw) < MIN_SECRET_BYTES:
+            raise ValueError(f"the secret on line {number} is {len(raw)} bytes; at least "
+                             f"{MIN_SECRET_BYTES} are needed")
+        secrets.append(raw)
+    if not secrets:
+        raise ValueError("no secret in the file (one per line; # starts a comment)")
+    return tuple(secrets)

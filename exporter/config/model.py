@@ -94,6 +94,15 @@ BROKER_USAGE_TOPIC = "non-persistent://pulsar/system/resource-usage"
 
 
 @dataclass(frozen=True)
+class ReportSigning:
+    """HMAC-SHA256 over every usage report (transport/signing.py). The file holds one
+    secret per line, the first signs; it is re-read when it changes."""
+
+    secret_file: str
+    rotation_grace: float = 600.0  # a secret gone from the file is still accepted this long
+
+
+@dataclass(frozen=True)
 class ResourceGroupEngine:
     participant: str = "exporter-0"
     topic: str = USAGE_TOPIC
@@ -105,6 +114,7 @@ class ResourceGroupEngine:
     # Parsed configs: `both` when sources.admin is set, else `config` (config.parse).
     source: PolicySource = PolicySource.CONFIG
     broker_reports_topic: str | None = BROKER_USAGE_TOPIC  # None (`false`): not read
+    report_signing: ReportSigning | None = None  # None: reports unsigned, all accepted
 
     @property
     def max_report_gap(self) -> float:

@@ -21,6 +21,7 @@ from exporter.config.model import (
     Exposition,
     LoadManager,
     RateLimit,
+    ReportSigning,
     ResourceGroup,
     ResourceGroupEngine,
     RetentionPolicy,
@@ -167,6 +168,8 @@ def resource_group_engine(r: Reader, value: object) -> ResourceGroupEngine:
         broker_reports_topic=r.get(m, "broker_reports_topic", path,
                                    cv.switchable(cv.topic("non-persistent")),
                                    d.broker_reports_topic),
+        report_signing=_report_signing(r, m.get("report_signing"), f"{path}.report_signing")
+        if "report_signing" in m else None,
     )
     if engine.broker_reports_topic == engine.topic:
         r.error(f"{path}.broker_reports_topic",
@@ -181,6 +184,22 @@ def resource_group_engine(r: Reader, value: object) -> ResourceGroupEngine:
             f"found {format_duration(engine.stale_after)}: live peers would expire between reports",
         )
     return engine
+
+
+def _report_signing(r: Reader, value: object, path: str) -> ReportSigning | None:
+    m = r.mapping(value, path, schema_keys(ReportSigning), nullable=False)
+    if isinstance(value, dict) and "secret_file" not in m:
+        r.error(f"{path}.secret_file", "required: the file holding the shared secret")
+        return None
+    secret_file = r.get(m, "secret_file", path, cv.string, None)
+    if secret_file is not None and (text := auth.read(r, f"{path}.secret_file",
+                                                      secret_file)) is not None:
+        try:
+            auth.parse_secrets(text)
+        except ValueError as exc:
+            r.error(f"{path}.secret_file", f"{secret_file!r}: {exc}")
+    grace = r.get(m, "rotation_grace", path, cv.duration, ReportSigning.rotation_grace)
+    return None if secret_file is None else ReportSigning(secret_file, grace)
 
 
 def load_manager(r: Reader, value: object, path: str) -> LoadManager:

@@ -146,9 +146,12 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
             impact="The sender's usage is missing from the quota split.",
             diagnose="The `reason` label: `malformed`, `truncated`, `oversized` or "
             "`unknown_version` point to a mismatched exporter version; `replayed`, `spoofed` "
-            "or `too_old` to clock skew or someone else writing to the usage topic.",
+            "or `too_old` to clock skew or someone else writing to the usage topic; "
+            "`unsigned`, `unknown_key` or `bad_signature` (with `report_signing` on) to a "
+            "peer without the secret, a secret rotated on some peers only, or a forger.",
             mitigate="Run one exporter version across participants; sync clocks; restrict "
-            "who may produce to the usage topic.",
+            "who may produce to the usage topic; give every participant the same secret "
+            "file (rotation: new secret second, then first, then alone).",
         ),
         "PulsarLoadBrokerOverloaded": Runbook(
             impact="The broker is short of CPU, memory or bandwidth: latency rises for every "

@@ -278,8 +278,10 @@ class Exporter:
         if (new.sources, new.backlog_quotas.enforce) != (old.sources, old.backlog_quotas.enforce):
             self.evictor = evictor_for(new)
         engine_old, engine_new = old.resource_group_engine, new.resource_group_engine
-        if ((engine_new.topic, engine_new.report_interval, new.sources.service_url)
-                != (engine_old.topic, engine_old.report_interval, old.sources.service_url)):
+        if ((engine_new.topic, engine_new.report_interval, engine_new.report_signing,
+             new.sources.service_url)
+                != (engine_old.topic, engine_old.report_interval, engine_old.report_signing,
+                    old.sources.service_url)):
             if self.exchange is not None:
                 self.exchange.close()
             self.exchange = exchange_for(new, self._clock)

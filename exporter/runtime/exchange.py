@@ -1,10 +1,12 @@
 """The exporter's side of the usage exchange: wire reports in and out, and the translation
 between the transport's types and the engine's.
 
-Inbound, per report round: drain the channel, decode, pass the gate (replays, spoofs, reports
-older than two intervals), then hand each entry to the engine; every rejection is counted
-by reason and logged once per round. Outbound: the round's report, if it has
-entries, goes out as one message; on a clean stop a goodbye does.
+Inbound, per report round: drain the channel, check the signature (when
+`report_signing` is on: transport/signing.py), decode, pass the gate (replays, spoofs,
+reports older than two intervals), then hand each entry to the engine; every rejection is
+counted by reason and logged once per round. Outbound: the round's report, if it has
+entries, goes out as one message (signed with the first secret); on a clean stop a
+goodbye does.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from exporter.transport.gate import (
     Refused,
     initial_sequence,
 )
+from exporter.transport.signing import Keyring, Unsigned, unwrap
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,12 @@ class UsageExchange:
         self.gate = PeerGate(engine.participant, engine.report_interval)
         self._sequence = initial_sequence(clock())
         self._last_drain: float | None = None
+        signing = engine.report_signing
+        self.keyring = None if signing is None else Keyring(
+            signing.secret_file, engine.topic, signing.rotation_grace, clock())
+
+    def _open(self, payload: bytes) -> bytes | Unsigned:
+        return unwrap(payload) if self.keyring is None else self.keyring.open(payload)
 
     def receive(self, now: float) -> Inbound:
         """Everything received since the last call. The age rule is applied as of the
@@ -93,8 +102,15 @@ class UsageExchange:
         fresh on arrival is not refused for the time it waited for this round."""
         inbound, detail = Inbound(), ""
         arrived, self._last_drain = self._last_drain or now, now
+        if self.keyring is not None:
+            self.keyring.refresh(now)
         for payload in self.channel.drain():
-            decoded = decode(payload)
+            report = self._open(payload)
+            if isinstance(report, Unsigned):
+                inbound.rejected[report.reason.value] += 1
+                detail = report.detail
+                continue
+            decoded = decode(report)
             if isinstance(decoded, Undecodable):
                 inbound.rejected[decoded.reason.value] += 1
                 detail = decoded.detail
@@ -120,7 +136,9 @@ class UsageExchange:
     def _send(self, report: WireReport) -> bool:
         try:
             payload = encode(report)
-        except ValueError as e:  # a usage the wire cannot carry (too large): skip this round
+            if self.keyring is not None:
+                payload = self.keyring.seal(payload)
+        except ValueError as e:  # too large for the wire, or no secret: skip this round
             log.error("usage report %d not encodable: %s", report.sequence, e)
             return False
         self.gate.sent(report)

@@ -19,9 +19,9 @@ with). The rules, in the order they are applied:
    duplicate or re-published old report must not overwrite newer usage, nor undo a
    goodbye (the goodbye is admitted like any report and raises the floor too).
 
-The gate protects against duplicates, stale reports and confused peers, not against an
-attacker who can write to the topic: reports are not signed (Pulsar's are not either);
-restrict who may produce on the usage topic with Pulsar's authorisation.
+The gate protects against duplicates, stale reports and confused peers; against a writer
+on the topic who does not hold the fleet's secret, signing does (signing.py, before the
+gate), and Pulsar's authorisation can restrict who may produce on the topic at all.
 
 Memory is bounded: the last `remember_sent` sequences we published (as 16-byte digests),
 and one sequence floor per participant heard from within the last two intervals. A floor

@@ -27,7 +27,10 @@ TENANT = "public"
 
 
 def _config(name: str, broker: PulsarLite, usage_broker: PulsarLite, quota: float,
-            allocator: str, interval: float, stale_after: float) -> dict:
+            allocator: str, interval: float, stale_after: float,
+            secret_file: Path | None = None) -> dict:
+    signing = {} if secret_file is None else {"report_signing": {
+        "secret_file": str(secret_file), "rotation_grace": f"{interval * 4}s"}}
     return {
         "cluster": "fleet",
         "check_interval": f"{interval}s",
@@ -37,7 +40,7 @@ def _config(name: str, broker: PulsarLite, usage_broker: PulsarLite, quota: floa
                                  "tenants": [TENANT]}},
         "resource_group_engine": {"participant": name, "report_interval": f"{interval}s",
                                   "stale_after": f"{stale_after}s", "max_suppressed_rounds": 3,
-                                  "allocator": allocator},
+                                  "allocator": allocator, **signing},
     }
 
 
@@ -97,8 +100,12 @@ class Member:
 
 class Fleet:
     def __init__(self, workdir: Path, demands: dict[str, float], *, quota: float,
-                 allocator: str, interval: float = 8.0, stale_after: float = 40.0) -> None:
+                 allocator: str, interval: float = 8.0, stale_after: float = 40.0,
+                 secret: str | None = None) -> None:
+        """`secret`: reports signed; each member has its own secret file (`secret_file`),
+        so a test can rotate them one at a time as a rolling update does."""
         self.workdir = workdir
+        self.secret = secret
         self.quota = quota
         self.allocator = allocator
         self.interval = interval
@@ -124,8 +131,22 @@ class Fleet:
         return self
 
     def _config(self, name: str, index: int, quota: float) -> dict:
+        secret_file = None
+        if self.secret is not None:
+            secret_file = self.secret_file(name)
+            if not secret_file.exists():
+                self.write_secret(name, self.secret)
         return _config(name, self.brokers[index], self.brokers[0], quota, self.allocator,
-                       self.interval, self.stale_after)
+                       self.interval, self.stale_after, secret_file)
+
+    def secret_file(self, name: str) -> Path:
+        return self.workdir / f"{name}.secret"
+
+    def write_secret(self, name: str, text: str) -> None:
+        """Replace a member's secret file at once (as a Secret volume update does)."""
+        tmp = self.secret_file(name).with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.secret_file(name))
 
     def set_quota(self, quota: float) -> None:
         """Every member's file rewritten at once (as a ConfigMap update is) with `quota`."""

@@ -116,9 +116,9 @@ def test_garbage_replays_and_spoofs_are_rejected_and_move_no_quota(fleet):
     for phantom in ("p-yy", "p-zz"):
         assert a.scrape().find("pulsar_resource_group_usage_messages_per_second",
                                participant=phantom) == []
-    # The spoof of p-a is indistinguishable from p-a for p-b and p-c (reports are not
-    # signed): p-a, seeing it, continues above its sequence and re-sends its usage, so
-    # the split comes back without anyone restarting.
+    # The spoof of p-a is indistinguishable from p-a for p-b and p-c (this fleet does not
+    # sign its reports; test_distributed_signed.py does): p-a, seeing it, continues above
+    # its sequence and re-sends its usage, so the split comes back without a restart.
     fleet.wait_for("split restored", lambda: converged(fleet, QUOTA) and max(
         m.sample("pulsar_resource_group_usage_messages_per_second", participant="p-a",
                  monitoring_class="publish") or math.inf

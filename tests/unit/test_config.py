@@ -100,17 +100,20 @@ def test_reference_file_loads(tmp_path: Path) -> None:
     for path in sorted(set(re.findall(r"(/(?:etc|var/run)/[\w./-]+)", text))):
         staged = tmp_path / path.lstrip("/")
         staged.parent.mkdir(parents=True, exist_ok=True)
-        staged.write_text("staged\n")
+        staged.write_text("staged-0123456789abcdef\n")  # long enough for a signing secret
         text = text.replace(path, str(staged))
     (tmp_path / "reference.yaml").write_text(text)
     c = load(tmp_path / "reference.yaml")
     assert c.cluster == "prod-eu"
-    assert c.sources.brokers[1].authorization == "Bearer staged"
-    assert c.sources.brokers[1].tls is not None and c.sources.brokers[1].tls.ca_pem == "staged\n"
+    assert c.sources.brokers[1].authorization == "Bearer staged-0123456789abcdef"
+    tls = c.sources.brokers[1].tls
+    assert tls is not None and tls.ca_pem == "staged-0123456789abcdef\n"
     assert c.sources.admin is not None
     assert c.exposition.tls is not None
     assert set(c.exposition.basic_auth) == {"prometheus"}
     assert c.spark.conf["spark.driver.memory"] == "2g"
+    signing = c.resource_group_engine.report_signing
+    assert signing is not None and signing.rotation_grace == 600
 
 
 def _schema_paths(cls: type, prefix: str = "") -> set[str]:
