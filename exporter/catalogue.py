@@ -53,6 +53,7 @@ BROKER_REPORT_REJECT_REASONS = ("truncated", "malformed", "missing_fields", "ove
 EVICTION_FAILURE_REASONS = (
     "no_service_url", "consumer_connected", "not_found", "timeout", "broker_error", "other",
 )
+TOPIC_DROP_REASONS = ("filtered", "max_topics")
 STAGES = ("collect", "pipeline", "engine", "actions", "transport", "publish")
 CHECK_DURATION_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
@@ -235,8 +236,13 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("pulsar_quota_exporter_cycles_skipped_total", C,
        "Check ticks skipped because the previous check was still running.",
        ("cluster",), U.NONE, E),
-    _m("pulsar_quota_exporter_topics", G, "Topics seen in the last cycle.",
-       ("cluster",), U.NONE, E),
+    _m("pulsar_quota_exporter_topics", G,
+       "Topics checked in the last cycle (after filters.topics).", ("cluster",), U.NONE, E),
+    _m("pulsar_quota_exporter_topics_dropped", G,
+       "Topics left out in the last cycle, by reason: filtered (filters.topics: not checked "
+       "or exported) or max_topics (checked, but their series not exported).",
+       ("cluster", "reason"), U.NONE, E,
+       known_values=MappingProxyType({"reason": TOPIC_DROP_REASONS})),
     _m("pulsar_quota_exporter_evictions_failed_total", C,
        "Evictions that were decided with enforcement on but failed, by reason.",
        ("cluster", "reason"), U.NONE, E,

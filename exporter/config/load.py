@@ -163,6 +163,7 @@ def parse(data: object, filename: str) -> Config:
         resource_groups=sections.resource_groups(r, top.get("resource_groups"), "resource_groups"),
         resource_group_engine=sections.resource_group_engine(r, top.get("resource_group_engine")),
         load_manager=sections.load_manager(r, top.get("load_manager"), "load_manager"),
+        filters=sections.filters(r, top.get("filters"), "filters"),
         exposition=sections.exposition(r, top.get("exposition"), "exposition"),
         spark=sections.spark(r, top.get("spark"), "spark"),
     )

@@ -181,6 +181,34 @@ class Sources:
 
 
 @dataclass(frozen=True)
+class TopicFilter:
+    """Regular expressions (RE2, as Prometheus' relabelling: anchored at both ends) over
+    full topic names, partitions included. A topic is kept when `allow` is empty or one
+    matches, and no `deny` matches."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.allow or self.deny)
+
+
+KEEP_ALL = TopicFilter()
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What is left out, applied in the Spark tasks before anything is aggregated: a topic
+    filtered out is not checked, summed into its namespace or exported."""
+
+    topics: TopicFilter = KEEP_ALL
+    # Topic-level series published at most for this many topics (the rest dropped, counted
+    # in pulsar_quota_exporter_topics_dropped); every topic is still checked. None: no cap.
+    max_topics: int | None = None
+
+
+@dataclass(frozen=True)
 class Tls:
     cert_file: str
     key_file: str
@@ -192,6 +220,9 @@ class Exposition:
     topic_level: bool = True
     tls: Tls | None = None
     basic_auth: Mapping[str, str] = field(default_factory=_frozen_map)  # user → bcrypt hash
+    # The eviction counters of a topic not seen for this long are dropped (deleted topics'
+    # series would otherwise live as long as the process). Seconds.
+    forget_after: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -209,5 +240,6 @@ class Config:
     resource_groups: Mapping[str, ResourceGroup] = field(default_factory=_frozen_map)
     resource_group_engine: ResourceGroupEngine = ResourceGroupEngine()
     load_manager: LoadManager = LoadManager()
+    filters: Filters = Filters()
     exposition: Exposition = Exposition()
     spark: Spark = Spark()

@@ -19,6 +19,7 @@ from exporter.config.model import (
     BacklogQuotas,
     BrokerSource,
     Exposition,
+    Filters,
     LoadManager,
     RateLimit,
     ReportSigning,
@@ -28,6 +29,7 @@ from exporter.config.model import (
     Sources,
     Spark,
     Tls,
+    TopicFilter,
 )
 from exporter.config.reader import Reader, join, schema_keys
 from exporter.config.units import format_duration
@@ -250,8 +252,24 @@ def exposition(r: Reader, value: object, path: str) -> Exposition:
     return Exposition(
         listen=r.get(m, "listen", path, cv.listen, Exposition.listen),
         topic_level=r.get(m, "topic_level", path, cv.boolean, Exposition.topic_level),
+        forget_after=r.get(m, "forget_after", path, cv.duration,
+                           Exposition.forget_after),
         tls=tls,
         basic_auth=MappingProxyType(users),
+    )
+
+
+def filters(r: Reader, value: object, path: str) -> Filters:
+    m = r.mapping(value, path, schema_keys(Filters))
+    t = r.mapping(m.get("topics"), f"{path}.topics", schema_keys(TopicFilter))
+    lists = {}
+    for key in schema_keys(TopicFilter):
+        lists[key] = tuple(
+            regex for ipath, item in r.items(t.get(key), f"{path}.topics.{key}")
+            if (regex := r.check(item, ipath, cv.topic_regex, None)) is not None)
+    return Filters(
+        topics=TopicFilter(**lists),
+        max_topics=r.get(m, "max_topics", path, cv.integer(1), None),
     )
 
 

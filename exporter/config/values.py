@@ -234,3 +234,22 @@ def spark_value(value: object) -> str:
     if isinstance(value, str | int | float):
         return str(value)
     raise expected("a string, number or boolean", value)
+
+
+def topic_regex(value: object) -> str:
+    """A regular expression over full topic names, in the syntax the pipeline runs it with
+    (RE2, via Arrow: no look-around or back-references)."""
+    text = string(value)
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise ValueError(f"not a regular expression: {e}") from None
+    import pyarrow as pa  # here: only a config with filters needs Arrow to check them
+    import pyarrow.compute as pc
+
+    try:
+        pc.match_substring_regex(pa.array([""]), f"^(?:{text})$")
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"not supported by RE2 (no look-around or back-references): "
+                         f"{str(e).split(':', 1)[-1].strip()}") from None
+    return text

@@ -42,6 +42,27 @@ class Tallies:
     cycles_skipped: int = 0
     check_duration: HistogramValue = field(
         default_factory=lambda: HistogramValue.empty(CHECK_DURATION_BUCKETS))
+    # (namespace, topic) with an eviction counter → when the topic was last seen
+    counted_seen: dict = field(default_factory=dict)
+
+    def forget_unseen(self, topics: Iterable[str], now: float, after: float) -> int:
+        """Drop the eviction counters of topics not seen for `after` seconds (deleted,
+        or filtered out since), so their series end; `topics` are this cycle's. Counters
+        only live here, so Prometheus sees a series end, and a reset if the topic
+        returns, which rate() and increase() handle. Returns how many topics went."""
+        keys = {(ns, topic) for ns, topic, _ in (*self.evictions, *self.would_evict)}
+        if not keys:
+            return 0
+        present = set(topics)
+        for key in keys:
+            if key[1] in present or key not in self.counted_seen:
+                self.counted_seen[key] = now
+        gone = {k for k in keys if now - self.counted_seen[k] >= after}
+        for counter in (self.evictions, self.would_evict):
+            for key in [k for k in counter if (k[0], k[1]) in gone]:
+                del counter[key]
+        self.counted_seen = {k: v for k, v in self.counted_seen.items() if k in keys - gone}
+        return len(gone)
 
     def broker_evictions(self) -> Counter:
         out: Counter = Counter()
@@ -63,6 +84,8 @@ class CycleFacts:
     report_interval: float
     report_max_gap: float
     enforce: bool = False  # backlog_quotas.enforce: we evict under consumer_backlog_eviction
+    topics_filtered: int = 0  # left out by filters.topics, in the brokers' latest tables
+    max_topics: int | None = None  # filters.max_topics
 
 
 def _finite(v: float | None) -> bool:
@@ -111,6 +134,22 @@ def _add_topic(b: MetricSetBuilder, cluster: str, d: TopicDecision, enforce: boo
                   1.0 if status is LimitStatus.EXCEEDED else 0.0)
     if d.holder is not None and d.backlog_messages > 0:
         b.add("pulsar_storage_backlog_oldest_subscription_info", (*key, d.holder), 1.0)
+
+
+def _published(topics: tuple[TopicDecision, ...], cap: int | None) -> list[TopicDecision]:
+    """The topics whose series are published under `filters.max_topics`: those over a
+    quota first, then the oldest and largest backlogs (what an operator looks for), then
+    by name, so that the choice only moves when the backlogs do."""
+    if cap is None or len(topics) <= cap:
+        return list(topics)
+
+    def rank(d: TopicDecision) -> tuple:
+        over = LimitStatus.EXCEEDED in (d.size, d.time)
+        age = d.backlog_age_seconds if _finite(d.backlog_age_seconds) else 0.0
+        size = d.backlog_bytes if _finite(d.backlog_bytes) else 0.0
+        return (not over, -age, -size, d.topic)
+
+    return sorted(topics, key=rank)[:cap]
 
 
 def _add_group(b: MetricSetBuilder, cluster: str, participant: str, g: GroupResult) -> None:
@@ -178,7 +217,11 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     b.seed_counters(cluster=c)
     b.add("pulsar_quota_exporter_build_info", (c, __version__), 1.0)
     if decisions is not None:
-        for d in decisions.topics:
+        published = _published(decisions.topics, facts.max_topics)
+        b.add("pulsar_quota_exporter_topics_dropped", (c, "filtered"), facts.topics_filtered)
+        b.add("pulsar_quota_exporter_topics_dropped", (c, "max_topics"),
+              len(decisions.topics) - len(published))
+        for d in published:
             _add_topic(b, c, d, facts.enforce)
             if _evicts(d):
                 # exist at 0 from the start, so a first eviction is an increase to alert on

@@ -215,6 +215,15 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
             mitigate="Fix the binary-protocol connection and permissions (the exporter needs "
             "to skip messages on subscriptions), then watch the eviction counter.",
         ),
+        "PulsarQuotaExporterTopicSeriesCapped": Runbook(
+            impact="Topics beyond `filters.max_topics` are checked and enforced, but have no "
+            "topic-level series: their panels are empty and topic alerts cannot fire for them "
+            "(namespace-level series still include them).",
+            diagnose="`pulsar_quota_exporter_topics` against `filters.max_topics`; the topics "
+            "kept are those over a quota first, then the oldest and largest backlogs.",
+            mitigate="Raise `filters.max_topics` if Prometheus can take the series, or leave "
+            "topics that need no watching out with `filters.topics.deny`.",
+        ),
     }
 
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from exporter.config.model import BrokerSource
+from exporter.config.model import KEEP_ALL, BrokerSource, TopicFilter
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
 from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream, whole_lines
@@ -44,15 +44,15 @@ _OUT = from_arrow_schema(_ARROW_OUT)
 
 
 # --- in the executor -------------------------------------------------------------------------
-def scrape_endpoints(sources: Sequence[BrokerSource],
+def scrape_endpoints(sources: Sequence[BrokerSource], rule: TopicFilter,
                      batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow function over endpoint indexes: index rows → (source, part, payload)."""
     for batch in batches:
         for i in batch.column("id").to_pylist():
-            yield scrape_one(sources[i])
+            yield scrape_one(sources[i], rule)
 
 
-def scrape_one(source: BrokerSource) -> pa.RecordBatch:
+def scrape_one(source: BrokerSource, rule: TopicFilter = KEEP_ALL) -> pa.RecordBatch:
     """Fetch and parse one broker; a failure of any kind becomes a status row."""
     started = time.monotonic()
     status: dict = {"up": False}
@@ -63,10 +63,11 @@ def scrape_one(source: BrokerSource) -> pa.RecordBatch:
         for piece in whole_lines(stream(source, started + source.timeout), PIECE_BYTES):
             size += len(piece)
             parsed.append(parse_text(piece))
-        tables = source_tables(parsed)
+        tables = source_tables(parsed, rule)
         parts = [(name, _ipc(getattr(tables, name))) for name in _TABLES]
         status = {"up": True, "fetched_at": time.time(), "bytes": size,
-                  "seconds": time.monotonic() - started, "malformed": dict(tables.malformed)}
+                  "seconds": time.monotonic() - started, "malformed": dict(tables.malformed),
+                  "filtered": tables.filtered}
     except Exception as exc:  # never fatal: the source is down this cycle, and says why
         failure = classify(exc)
         status = {"up": False, "reason": failure.reason.value, "detail": failure.detail}
@@ -92,7 +93,8 @@ def _from_ipc(payload: bytes) -> pa.Table:
 
 
 # --- on the driver ---------------------------------------------------------------------------
-def endpoints_plan(spark: SparkSession, sources: Sequence[BrokerSource]) -> DataFrame:
+def endpoints_plan(spark: SparkSession, sources: Sequence[BrokerSource],
+                   rule: TopicFilter = KEEP_ALL) -> DataFrame:
     """The cycle's plan: `spark.range` over endpoint indexes (made in the JVM: no Python
     step before the fetch), mapped by `scrape_endpoints` with the endpoints themselves
     carried in the function. One task per endpoint up to twice the task slots, then
@@ -100,22 +102,24 @@ def endpoints_plan(spark: SparkSession, sources: Sequence[BrokerSource]) -> Data
     scheduling whatever its body, which a hundred small brokers would pay a hundred times."""
     n = len(sources)
     tasks = max(1, min(n, 2 * spark.sparkContext.defaultParallelism))
-    return spark.range(0, n, 1, tasks).mapInArrow(partial(scrape_endpoints, tuple(sources)),
-                                                  _OUT)
+    return spark.range(0, n, 1, tasks).mapInArrow(
+        partial(scrape_endpoints, tuple(sources), rule), _OUT)
 
 
-def on_spark(spark: SparkSession, sources: Sequence[BrokerSource]) -> Callable[[], pa.Table]:
+def on_spark(spark: SparkSession, sources: Sequence[BrokerSource],
+             rule: TopicFilter = KEEP_ALL) -> Callable[[], pa.Table]:
     """The cycle's job: the plan, run and collected once (`toArrow`)."""
-    plan = endpoints_plan(spark, sources) if sources else None
+    plan = endpoints_plan(spark, sources, rule) if sources else None
     return plan.toArrow if plan is not None else _no_rows
 
 
-def in_process(sources: Sequence[BrokerSource]) -> Callable[[], pa.Table]:
+def in_process(sources: Sequence[BrokerSource],
+               rule: TopicFilter = KEEP_ALL) -> Callable[[], pa.Table]:
     """The same task code run here, one endpoint after the other: for tests of what the
     driver does with the tasks' results, without a Spark session."""
     ids = pa.record_batch([pa.array(range(len(sources)), pa.int64())], names=["id"])
     return lambda: pa.Table.from_batches(
-        list(scrape_endpoints(tuple(sources), iter([ids]))) or [], schema=_ARROW_OUT)
+        list(scrape_endpoints(tuple(sources), rule, iter([ids]))) or [], schema=_ARROW_OUT)
 
 
 def _no_rows() -> pa.Table:
@@ -173,6 +177,7 @@ class BrokerScrape:
             ledger.record(up=False, at=self._clock(), errors=(failure,))
             return None
         self._last_good[source.url] = SourceTables(
-            **{name: _from_ipc(parts[name]) for name in _TABLES}, malformed=status["malformed"])
+            **{name: _from_ipc(parts[name]) for name in _TABLES}, malformed=status["malformed"],
+            filtered=status["filtered"])
         ledger.record(up=True, at=self._clock())
         return status["malformed"]

@@ -17,6 +17,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from exporter.config.model import KEEP_ALL, TopicFilter
 from exporter.pipeline import slices
 from exporter.pipeline.model import (
     SOURCE_NAMESPACES,
@@ -72,6 +73,7 @@ class SourceTables:
     usage: pa.Table  # SOURCE_USAGE: one row (the pulsar_lb_* gauges, null when absent,
     # and whether the body is an OpenTelemetry exposition, no broker: see merge.py)
     malformed: Mapping[str, int]  # MalformedReason value → lines
+    filtered: int = 0  # topics the config's `filters.topics` left out
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,22 @@ class BrokerSide(Protocol):
     def run(self) -> BrokerData: ...
 
 
-def source_tables(parts: Sequence[Parsed]) -> SourceTables:
-    """Every chunk of one body, parsed → that body's tables."""
+def keep(topics: pa.Array | pa.ChunkedArray, rule: TopicFilter) -> pa.Array:
+    """Which full topic names the filter keeps (a boolean mask; null names are kept, the
+    merge reports them as unkeyed). Anchored at both ends, as Prometheus' relabelling."""
+    def matches(patterns: tuple[str, ...]) -> pa.Array:
+        pattern = "^(?:" + "|".join(f"(?:{p})" for p in patterns) + ")$"
+        return pc.fill_null(pc.match_substring_regex(topics, pattern), False)
+
+    mask = matches(rule.allow) if rule.allow else pc.is_valid(topics)
+    if rule.deny:
+        mask = pc.and_not(mask, matches(rule.deny))
+    return pc.or_(mask, pc.is_null(topics))
+
+
+def source_tables(parts: Sequence[Parsed], rule: TopicFilter = KEEP_ALL) -> SourceTables:
+    """Every chunk of one body, parsed → that body's tables, topics outside `rule` left
+    out before anything is derived from them."""
     samples = _decoded(pa.concat_tables([p.samples for p in parts]))
     malformed = dict.fromkeys((r.value for r in MalformedReason), 0)
     for part in parts:
@@ -104,12 +120,18 @@ def source_tables(parts: Sequence[Parsed]) -> SourceTables:
     samples = entity_samples(samples)
     subscriptions = _subscriptions(_level(samples, Level.SUBSCRIPTION))
     topics = _topics(_level(samples, Level.TOPIC), subscriptions)
+    filtered = 0
+    if rule.active:
+        subscriptions = subscriptions.filter(keep(subscriptions["topic"], rule))
+        kept = topics.filter(keep(topics["topic"], rule))
+        filtered, topics = topics.num_rows - kept.num_rows, kept
     return SourceTables(
         subscriptions=subscriptions,
         topics=topics,
         namespaces=_namespaces(_level(samples, Level.NAMESPACE)),
         usage=_usage(_level(samples, Level.BROKER), otel_only),
         malformed=malformed,
+        filtered=filtered,
     )
 
 

@@ -80,6 +80,7 @@ class Exporter:
         self.config_file = config_file
         self._last_decisions: Decisions | None = None
         self._last_success: float | None = None
+        self._filtered = 0  # topics filters.topics left out, in the latest broker tables
         self.enforcement = Enforcement()
 
     # --- stages -----------------------------------------------------------------------------
@@ -90,7 +91,7 @@ class Exporter:
             from exporter.pipeline.session import get_session
 
             sources = self.config.sources.brokers
-            job = on_spark(get_session(self.config.spark), sources)
+            job = on_spark(get_session(self.config.spark), sources, self.config.filters.topics)
             self._brokers = BrokerScrape(sources, job, self._clock)
         return self._brokers
 
@@ -142,6 +143,7 @@ class Exporter:
                 raise RuntimeError("no broker data this cycle")
             with stage("pipeline"):
                 agg = self._aggregate(brokers, snapshot)
+            self._filtered = sum(t.filtered for _, t in brokers.tables)
             for row in agg.malformed.to_pylist():
                 self.tallies.malformed_lines[row["source"]] += row["lines"]
             with stage("engine"):
@@ -152,6 +154,11 @@ class Exporter:
                                      consumers=lambda: consumers_seen(agg))
             self._last_decisions = decisions
             self._last_success = now
+            forgotten = self.tallies.forget_unseen((d.topic for d in decisions.topics), now,
+                                                   self.config.exposition.forget_after)
+            if forgotten:
+                log.info("forgot the eviction counters of %d topic(s) unseen for %gs",
+                         forgotten, self.config.exposition.forget_after)
         except Exception:
             if self._cancelled:
                 log.info("check cycle cancelled: stopping")
@@ -167,7 +174,9 @@ class Exporter:
                 engine = self.config.resource_group_engine
                 facts = CycleFacts(self.config.cluster, now, stages, self._last_success,
                                    self.config.check_interval, engine.report_interval,
-                                   engine.max_report_gap, self.config.backlog_quotas.enforce)
+                                   engine.max_report_gap, self.config.backlog_quotas.enforce,
+                                   topics_filtered=self._filtered,
+                                   max_topics=self.config.filters.max_topics)
                 metrics = build(facts, decisions, snapshot.health, self.tallies,
                                 self.decider.participant,
                                 self.broker_reports.take(now) if self.broker_reports else None)
@@ -273,7 +282,8 @@ class Exporter:
                 != (old.sources, old.backlog_quotas.source, old.resource_group_engine.source)):
             self.admin_side.close()
             self.admin_side = admin_side_for(new)
-        if new.sources.brokers != old.sources.brokers and self._brokers is not None:
+        if ((new.sources.brokers, new.filters.topics) != (old.sources.brokers, old.filters.topics)
+                and self._brokers is not None):
             self._brokers = None  # a new plan over the new endpoints, at the next cycle
         if (new.sources, new.backlog_quotas.enforce) != (old.sources, old.backlog_quotas.enforce):
             self.evictor = evictor_for(new)

@@ -194,6 +194,7 @@ def test_the_alerts_the_issue_asks_for_exist_with_their_severity():
         "PulsarQuotaExporterSourceDown": "warning",
         "PulsarQuotaExporterSourceErrors": "warning",
         "PulsarQuotaExporterEvictionsFailing": "warning",
+        "PulsarQuotaExporterTopicSeriesCapped": "info",
     }
 
 

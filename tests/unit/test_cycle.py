@@ -13,6 +13,7 @@ import pytest
 
 from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
 from exporter.config.load import parse
+from exporter.config.model import KEEP_ALL, TopicFilter
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
 from exporter.runtime.cycle import Exporter
@@ -36,8 +37,9 @@ def body(backlog: int, *, published: int = 100, extra: str = "") -> str:
 class ScriptedBrokers:
     """The broker side: each `run` parses the next body (None: the fetch failed)."""
 
-    def __init__(self, bodies: Sequence[str | None]):
+    def __init__(self, bodies: Sequence[str | None], rule: TopicFilter = KEEP_ALL):
         self.bodies = list(bodies)
+        self.rule = rule  # filters.topics, as the Spark task applies it
         self.ledger = HealthLedger(URL, SourceKind.BROKER)
         self.last = None
 
@@ -48,7 +50,7 @@ class ScriptedBrokers:
             self.ledger.record(up=False, at=0.0,
                                errors=(FetchFailed(ScrapeError.REFUSED, "connection refused"),))
         else:
-            self.last = source_tables([parse_text(text.encode())])
+            self.last = source_tables([parse_text(text.encode())], self.rule)
             malformed = {URL: self.last.malformed}
             self.ledger.record(up=True, at=0.0)
         tables = ((URL, self.last),) if self.last is not None else ()
