@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from exporter import __version__
+from exporter import __version__, logs
 
 
 def _add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--web.listen-address", dest="listen", metavar="HOST:PORT",
                    help="override exposition.listen")
     r.add_argument("--log.level", dest="log_level", default="info",
-                   choices=("debug", "info", "warning", "error"))
+                   choices=logs.LEVELS)
+    r.add_argument("--log.format", dest="log_format", default="logfmt", choices=logs.FORMATS,
+                   help="log line format (default: logfmt)")
 
     c = sub.add_parser("check", help="run one check cycle and print the decisions")
     _add_config(c)
@@ -77,7 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         import dataclasses
-        import logging
 
         from exporter.config.reload import ConfigFile
         from exporter.runtime.cycle import run
@@ -89,8 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config, exposition=dataclasses.replace(config.exposition, listen=args.listen))
 
         config = adjust(_load_or_exit(args.config, args.expand_env))
-        logging.basicConfig(level=args.log_level.upper(),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logs.setup(args.log_level, args.log_format)
         return run(config, config_file=ConfigFile(args.config, config, adjust,
                                                   expand=args.expand_env))
     if args.command == "check":

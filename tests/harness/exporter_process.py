@@ -47,7 +47,8 @@ class ExporterProcess:
     `workdir/<name>.yaml` and its log at `workdir/<name>.log`. Not started until `start()`."""
 
     def __init__(self, workdir: Path, config: Mapping[str, Any], *, name: str = "exporter",
-                 port: int | None = None, log_level: str = "info") -> None:
+                 port: int | None = None, log_level: str = "info",
+                 log_format: str = "logfmt") -> None:
         self.name = name
         self.port = port or free_port()
         self.config_path = workdir / f"{name}.yaml"
@@ -55,6 +56,7 @@ class ExporterProcess:
         self.write_config(config)
         self.process = ManagedProcess(name, [
             _cli(), "run", "--config.file", self.config_path, "--log.level", log_level,
+            "--log.format", log_format,
         ], workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def write_config(self, config: Mapping[str, Any]) -> None:

@@ -9,6 +9,7 @@ that group outlives a test is killed.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -66,8 +67,11 @@ def _config(broker: PulsarLite) -> dict[str, Any]:
 
 
 @pytest.fixture
-def exporter(pulsar_lite: PulsarLite, tmp_path: Path) -> Iterator[ExporterProcess]:
-    proc = ExporterProcess(tmp_path, _config(pulsar_lite)).start()
+def exporter(pulsar_lite: PulsarLite, tmp_path: Path,
+             request: pytest.FixtureRequest) -> Iterator[ExporterProcess]:
+    """The exporter process; `--log.format` from an indirect parameter (default logfmt)."""
+    proc = ExporterProcess(tmp_path, _config(pulsar_lite),
+                           log_format=getattr(request, "param", "logfmt")).start()
     try:
         yield proc
     finally:
@@ -108,12 +112,13 @@ def _assert_serves_pip_323(proc: ExporterProcess, topic: str) -> None:
                          cluster=CLUSTER) == 360
 
 
-@pytest.mark.parametrize(("signum", "to_group"), [
-    pytest.param(signal.SIGTERM, False, id="SIGTERM-to-the-process"),
-    pytest.param(signal.SIGINT, True, id="SIGINT-to-its-group"),
-])
+@pytest.mark.parametrize(("exporter", "signum", "to_group"), [
+    pytest.param("logfmt", signal.SIGTERM, False, id="SIGTERM-to-the-process-logfmt"),
+    pytest.param("json", signal.SIGINT, True, id="SIGINT-to-its-group-json"),
+], indirect=["exporter"])
 def test_run_becomes_ready_serves_and_stops_cleanly_on_a_signal(
-        exporter: ExporterProcess, topic: str, signum: signal.Signals, to_group: bool) -> None:
+        exporter: ExporterProcess, topic: str, signum: signal.Signals, to_group: bool,
+        request: pytest.FixtureRequest) -> None:
     seen = exporter.wait_ready(READY_WITHIN)
     # The server answers before the first cycle is published, and not ready until then.
     assert seen[0] == 503 and seen[-1] == 200, seen
@@ -127,11 +132,26 @@ def test_run_becomes_ready_serves_and_stops_cleanly_on_a_signal(
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", exporter.port), timeout=2).close()
     assert "Traceback" not in log, log[-4000:]
-    stopped = r"^\S+ \S+ INFO exporter\.runtime\.cycle: stopped cleanly"
-    assert re.search(stopped, log, re.M), log[-4000:]
+    _assert_log_format(log, request.node.callspec.params["exporter"])
     # Nothing of the exporter outlives it (the Spark JVM exits with its parent).
     poll(exporter.group_members, "nothing left of the exporter's process group", EXIT_WITHIN,
          interval=0.2, until=lambda members: members == [])
+
+
+def _assert_log_format(log: str, fmt: str) -> None:
+    """Our lines (the Spark JVM's own are in log4j's format) are all in `fmt`, and the
+    last says the exporter stopped cleanly."""
+    ours = r'^time=\S+Z level=(debug|info|warn|error) logger=(exporter|py4j|pulsar)\S* msg='
+    if fmt == "logfmt":
+        assert re.search(r'^time=\S+Z level=info logger=exporter\.runtime\.cycle '
+                         r'msg="stopped cleanly"$', log, re.M), log[-4000:]
+        assert not any(line.startswith('{"time"') for line in log.splitlines())
+        return
+    records = [json.loads(line) for line in log.splitlines() if line.startswith('{"time"')]
+    assert records and all(set(r) >= {"time", "level", "logger", "msg"} for r in records)
+    stopped = {"logger": "exporter.runtime.cycle", "msg": "stopped cleanly", "level": "info"}
+    assert any(stopped.items() <= r.items() for r in records), records[-3:]
+    assert not re.search(ours, log, re.M), log[-4000:]
 
 
 def test_config_error_exits_2_naming_the_file_and_each_key_path(tmp_path: Path) -> None:

@@ -1,0 +1,91 @@
+"""`--log.format`: logfmt (Prometheus' default) and JSON, one line per record."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+
+import pytest
+
+from exporter import logs
+from exporter.cli import _parser
+
+
+@pytest.fixture
+def captured():
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    stream = io.StringIO()
+    yield stream
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    for h in saved[0]:
+        root.addHandler(h)
+    root.setLevel(saved[1])
+
+
+def _emit(log: logging.Logger) -> None:
+    log.debug("hidden at info")
+    log.info("plain")
+    log.warning('quoted "value" = %s', "a b")
+    try:
+        raise ValueError("boom\nsecond line")
+    except ValueError:
+        log.exception("failed")
+
+
+def test_logfmt_is_one_parseable_line_per_record(captured):
+    logs.setup("info", "logfmt", captured)
+    _emit(logging.getLogger("exporter.test"))
+    lines = captured.getvalue().splitlines()
+    assert len(lines) == 3  # debug filtered, the traceback kept on its line
+    pair = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+    parsed = [{k: json.loads(v) if v.startswith('"') else v for k, v in pair.findall(line)}
+              for line in lines]
+    assert [p["level"] for p in parsed] == ["info", "warn", "error"]
+    assert parsed[0] == {"time": parsed[0]["time"], "level": "info",
+                         "logger": "exporter.test", "msg": "plain"}
+    assert lines[0].endswith(" msg=plain")  # bare when it can be
+    assert parsed[1]["msg"] == 'quoted "value" = a b'
+    assert parsed[2]["msg"] == "failed"
+    assert "Traceback" in parsed[2]["err"] and "boom\nsecond line" in parsed[2]["err"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", parsed[0]["time"])
+
+
+def test_json_is_one_object_per_line_with_the_same_fields(captured):
+    logs.setup("debug", "json", captured)
+    _emit(logging.getLogger("exporter.test"))
+    records = [json.loads(line) for line in captured.getvalue().splitlines()]
+    assert [r["level"] for r in records] == ["debug", "info", "warn", "error"]
+    assert all(set(r) == {"time", "level", "logger", "msg"} for r in records[:3])
+    assert "ValueError: boom" in records[3]["err"]
+
+
+@pytest.mark.parametrize(("value", "written"), [
+    ("plain", "plain"), ("", '""'), ("a b", '"a b"'), ("k=v", '"k=v"'),
+    ('say "hi"', '"say \\"hi\\""'), ("tab\there", '"tab\\there"'),
+    ("back\\slash", '"back\\\\slash"'),
+])
+def test_logfmt_values_are_quoted_only_when_they_must_be(value, written):
+    assert logs.logfmt_value(value) == written
+
+
+def test_warn_and_warning_are_one_level_and_py4j_is_quiet_unless_debugging(captured):
+    logs.setup("warn", "logfmt", captured)
+    assert logging.getLogger().level == logging.WARNING
+    assert logging.getLogger("py4j").level == logging.WARNING
+    logs.setup("debug", "logfmt", captured)
+    assert logging.getLogger("py4j").level == logging.DEBUG
+    with pytest.raises(ValueError, match="logfmt, json"):
+        logs.setup("info", "xml", captured)
+
+
+def test_the_run_command_takes_the_prometheus_flags():
+    args = _parser().parse_args(["run", "--config.file", "x.yaml", "--log.format", "json",
+                                 "--log.level", "warn"])
+    assert (args.log_format, args.log_level) == ("json", "warn")
+    assert _parser().parse_args(["run", "--config.file", "x.yaml"]).log_format == "logfmt"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "--config.file", "x.yaml", "--log.format", "text"])
