@@ -43,6 +43,7 @@ ALL_ON: dict[str, Any] = {
     "image": {"tag": "9.9.9", "pullPolicy": "Always"},
     "imagePullSecrets": [{"name": "regcred"}],
     "logLevel": "debug",
+    "logFormat": "json",
     "extraArgs": ["--web.listen-address=0.0.0.0:10049"],
     "env": [{"name": "JAVA_TOOL_OPTIONS", "value": "-Xmx1g"}],
     "envFrom": [{"secretRef": {"name": "extra-env"}}],
@@ -379,6 +380,8 @@ def test_container_runs_the_exporter_with_the_mounted_config():
     args = cli._parser().parse_args(c["args"])  # the real CLI accepts these flags
     assert args.command == "run"
     assert args.log_level == "debug"  # extraArgs come last and win
+    assert args.log_format == "logfmt"
+    assert cli._parser().parse_args(container(render(ALL_ON))["args"]).log_format == "json"
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert os.path.join(mounts["config"], "config.yaml") == args.config
     assert mounts["config"] == CONFIG_DIR
