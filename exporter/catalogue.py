@@ -54,7 +54,7 @@ EVICTION_FAILURE_REASONS = (
     "no_service_url", "consumer_connected", "not_found", "timeout", "broker_error", "other",
 )
 TOPIC_DROP_REASONS = ("filtered", "max_topics")
-STAGES = ("collect", "pipeline", "engine", "actions", "transport", "publish")
+STAGES = ("collect", "pipeline", "engine", "actions", "record", "transport", "publish")
 CHECK_DURATION_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 )
@@ -235,6 +235,12 @@ CATALOGUE: tuple[Metric, ...] = (
        ("cluster",), U.SECONDS, E),
     _m("pulsar_quota_exporter_cycles_skipped_total", C,
        "Check ticks skipped because the previous check was still running.",
+       ("cluster",), U.NONE, E),
+    _m("pulsar_quota_exporter_record_bytes", G,
+       "Size of the cycles kept in the record directory (run --record.dir), after retention.",
+       ("cluster",), U.BYTES, E),
+    _m("pulsar_quota_exporter_record_failures_total", C,
+       "Cycles that could not be written to the record directory (run --record.dir).",
        ("cluster",), U.NONE, E),
     _m("pulsar_quota_exporter_topics", G,
        "Topics checked in the last cycle (after filters.topics).", ("cluster",), U.NONE, E),

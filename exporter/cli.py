@@ -37,6 +37,20 @@ def _parser() -> argparse.ArgumentParser:
                    choices=logs.LEVELS)
     r.add_argument("--log.format", dest="log_format", default="logfmt", choices=logs.FORMATS,
                    help="log line format (default: logfmt)")
+    r.add_argument("--record.dir", dest="record_dir", metavar="DIR",
+                   help="record what each cycle saw here, for `replay`")
+    r.add_argument("--record.retention.time", dest="record_time", default="7d",
+                   metavar="DURATION", help="drop recorded cycles older than this (default 7d)")
+    r.add_argument("--record.retention.size", dest="record_size", default="1GiB",
+                   metavar="SIZE", help="keep at most this much, oldest dropped (default 1GiB)")
+
+    w = sub.add_parser("replay", help="replay recorded cycles under a what-if config")
+    _add_config(w)
+    w.add_argument("--record.dir", dest="record_dir", required=True, metavar="DIR")
+    w.add_argument("--out", required=True, metavar="DIR",
+                   help="where report.json, the plots and report.html go")
+    w.add_argument("--from", dest="start", metavar="TIME", help="unix seconds or ISO 8601")
+    w.add_argument("--to", dest="end", metavar="TIME")
 
     c = sub.add_parser("check", help="run one check cycle and print the decisions")
     _add_config(c)
@@ -92,9 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = adjust(_load_or_exit(args.config, args.expand_env))
         logs.setup(args.log_level, args.log_format)
         return run(config, config_file=ConfigFile(args.config, config, adjust,
-                                                  expand=args.expand_env))
+                                                  expand=args.expand_env),
+                   recorder=_recorder(args))
     if args.command == "check":
         return _check(args)
+    if args.command == "replay":
+        return _replay(args)
     if args.command == "demo":
         from exporter.demo.run import run_demo
 
@@ -126,3 +143,45 @@ def _check(args: argparse.Namespace) -> int:
         print(summary(report))
     down = [s for s in report.status["sources"] if not s["up"]]
     return 1 if down or report.decisions is None else 0
+
+
+def _flag_error(flag: str, message: str) -> SystemExit:
+    print(f"pulsar-quota-exporter: {flag}: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
+def _recorder(args: argparse.Namespace):
+    if not args.record_dir:
+        return None
+    from exporter.config.units import parse_duration, parse_size
+    from exporter.record.store import Recorder
+
+    try:
+        max_age = parse_duration(args.record_time)
+    except ValueError as e:
+        raise _flag_error("--record.retention.time", str(e)) from None
+    try:
+        max_bytes = parse_size(args.record_size)
+    except ValueError as e:
+        raise _flag_error("--record.retention.size", str(e)) from None
+    try:
+        return Recorder(args.record_dir, max_age=max_age, max_bytes=max_bytes)
+    except OSError as e:
+        raise _flag_error("--record.dir", f"{args.record_dir}: {e.strerror or e}") from None
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from exporter.pipeline.session import stop
+    from exporter.record.command import parse_time, replay
+
+    config = _load_or_exit(args.config, args.expand_env)
+    bounds = []
+    for flag, value in (("--from", args.start), ("--to", args.end)):
+        try:
+            bounds.append(None if value is None else parse_time(value))
+        except ValueError as e:
+            raise _flag_error(flag, str(e)) from None
+    try:
+        return replay(config, args.record_dir, args.out, *bounds)
+    finally:
+        stop()

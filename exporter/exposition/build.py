@@ -40,6 +40,7 @@ class Tallies:
     peers_dropped: int = 0
     exchange_seconds: float | None = None  # the last usage-report round's duration
     cycles_skipped: int = 0
+    record_failures: int = 0  # cycles `run --record.dir` could not write
     check_duration: HistogramValue = field(
         default_factory=lambda: HistogramValue.empty(CHECK_DURATION_BUCKETS))
     # (namespace, topic) with an eviction counter → when the topic was last seen
@@ -86,6 +87,7 @@ class CycleFacts:
     enforce: bool = False  # backlog_quotas.enforce: we evict under consumer_backlog_eviction
     topics_filtered: int = 0  # left out by filters.topics, in the brokers' latest tables
     max_topics: int | None = None  # filters.max_topics
+    record_bytes: int | None = None  # the record directory's size, when recording
 
 
 def _finite(v: float | None) -> bool:
@@ -255,6 +257,9 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     for result, n in tallies.reloads.items():
         b.add("pulsar_quota_exporter_config_reloads_total", (c, result), n)
     b.add("pulsar_quota_exporter_cycles_skipped_total", (c,), tallies.cycles_skipped)
+    if facts.record_bytes is not None:
+        b.add("pulsar_quota_exporter_record_bytes", (c,), facts.record_bytes)
+        b.add("pulsar_quota_exporter_record_failures_total", (c,), tallies.record_failures)
     b.add("pulsar_quota_exporter_check_interval_seconds", (c,), facts.check_interval)
     b.add("pulsar_quota_exporter_usage_report_interval_seconds", (c,), facts.report_interval)
     b.add("pulsar_quota_exporter_usage_report_max_gap_seconds", (c,), facts.report_max_gap)

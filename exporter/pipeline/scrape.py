@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import pyarrow as pa
@@ -44,30 +45,57 @@ _OUT = from_arrow_schema(_ARROW_OUT)
 
 
 # --- in the executor -------------------------------------------------------------------------
-def scrape_endpoints(sources: Sequence[BrokerSource], rule: TopicFilter,
+@dataclass(frozen=True)
+class TaskOptions:
+    """What a task does besides fetch and parse: the topic filter, and whether it hands
+    the body back too (zstd, for `run --record.dir`)."""
+
+    rule: TopicFilter = KEEP_ALL
+    keep_body: bool = False
+
+
+DEFAULT_TASK = TaskOptions()
+
+
+def scrape_endpoints(sources: Sequence[BrokerSource], options: TaskOptions,
                      batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow function over endpoint indexes: index rows → (source, part, payload)."""
     for batch in batches:
         for i in batch.column("id").to_pylist():
-            yield scrape_one(sources[i], rule)
+            yield scrape_one(sources[i], options)
 
 
-def scrape_one(source: BrokerSource, rule: TopicFilter = KEEP_ALL) -> pa.RecordBatch:
+def parsed_pieces(pieces: Iterable[bytes], rule: TopicFilter,
+                  body: pa.NativeFile | None = None) -> tuple[list[tuple[str, bytes]], dict]:
+    """Whole-line pieces of one body → its tables as task parts, and the status facts;
+    each piece is also written to `body` when given. Shared with the replay's tasks."""
+    size, parsed = 0, []
+    for piece in pieces:
+        size += len(piece)
+        parsed.append(parse_text(piece))
+        if body is not None:
+            body.write(piece)
+    tables = source_tables(parsed, rule)
+    parts = [(name, _ipc(getattr(tables, name))) for name in _TABLES]
+    return parts, {"bytes": size, "malformed": dict(tables.malformed),
+                   "filtered": tables.filtered}
+
+
+def scrape_one(source: BrokerSource, options: TaskOptions = DEFAULT_TASK) -> pa.RecordBatch:
     """Fetch and parse one broker; a failure of any kind becomes a status row."""
     started = time.monotonic()
     status: dict = {"up": False}
     parts: list[tuple[str, bytes]] = []
     try:
-        size = 0
-        parsed = []
-        for piece in whole_lines(stream(source, started + source.timeout), PIECE_BYTES):
-            size += len(piece)
-            parsed.append(parse_text(piece))
-        tables = source_tables(parsed, rule)
-        parts = [(name, _ipc(getattr(tables, name))) for name in _TABLES]
-        status = {"up": True, "fetched_at": time.time(), "bytes": size,
-                  "seconds": time.monotonic() - started, "malformed": dict(tables.malformed),
-                  "filtered": tables.filtered}
+        sink = pa.BufferOutputStream() if options.keep_body else None
+        body = pa.CompressedOutputStream(sink, "zstd") if sink is not None else None
+        pieces = whole_lines(stream(source, started + source.timeout), PIECE_BYTES)
+        parts, facts = parsed_pieces(pieces, options.rule, body)
+        if body is not None and sink is not None:
+            body.close()
+            parts.append(("body", sink.getvalue().to_pybytes()))
+        status = {"up": True, "fetched_at": time.time(), **facts,
+                  "seconds": time.monotonic() - started}
     except Exception as exc:  # never fatal: the source is down this cycle, and says why
         failure = classify(exc)
         status = {"up": False, "reason": failure.reason.value, "detail": failure.detail}
@@ -94,7 +122,7 @@ def _from_ipc(payload: bytes) -> pa.Table:
 
 # --- on the driver ---------------------------------------------------------------------------
 def endpoints_plan(spark: SparkSession, sources: Sequence[BrokerSource],
-                   rule: TopicFilter = KEEP_ALL) -> DataFrame:
+                   options: TaskOptions = DEFAULT_TASK) -> DataFrame:
     """The cycle's plan: `spark.range` over endpoint indexes (made in the JVM: no Python
     step before the fetch), mapped by `scrape_endpoints` with the endpoints themselves
     carried in the function. One task per endpoint up to twice the task slots, then
@@ -103,23 +131,30 @@ def endpoints_plan(spark: SparkSession, sources: Sequence[BrokerSource],
     n = len(sources)
     tasks = max(1, min(n, 2 * spark.sparkContext.defaultParallelism))
     return spark.range(0, n, 1, tasks).mapInArrow(
-        partial(scrape_endpoints, tuple(sources), rule), _OUT)
+        partial(scrape_endpoints, tuple(sources), options), _OUT)
 
 
 def on_spark(spark: SparkSession, sources: Sequence[BrokerSource],
-             rule: TopicFilter = KEEP_ALL) -> Callable[[], pa.Table]:
+             options: TaskOptions = DEFAULT_TASK) -> Callable[[], pa.Table]:
     """The cycle's job: the plan, run and collected once (`toArrow`)."""
-    plan = endpoints_plan(spark, sources, rule) if sources else None
+    plan = endpoints_plan(spark, sources, options) if sources else None
     return plan.toArrow if plan is not None else _no_rows
 
 
 def in_process(sources: Sequence[BrokerSource],
-               rule: TopicFilter = KEEP_ALL) -> Callable[[], pa.Table]:
+               options: TaskOptions = DEFAULT_TASK) -> Callable[[], pa.Table]:
     """The same task code run here, one endpoint after the other: for tests of what the
     driver does with the tasks' results, without a Spark session."""
     ids = pa.record_batch([pa.array(range(len(sources)), pa.int64())], names=["id"])
     return lambda: pa.Table.from_batches(
-        list(scrape_endpoints(tuple(sources), rule, iter([ids]))) or [], schema=_ARROW_OUT)
+        list(scrape_endpoints(tuple(sources), options, iter([ids]))) or [],
+        schema=_ARROW_OUT)
+
+
+def tables_of(parts: Mapping[str, bytes], status: Mapping) -> SourceTables:
+    """One broker's tables from its task's parts and status (here and in the replay)."""
+    return SourceTables(**{name: _from_ipc(parts[name]) for name in _TABLES},
+                        malformed=status["malformed"], filtered=status["filtered"])
 
 
 def _no_rows() -> pa.Table:
@@ -163,6 +198,7 @@ class BrokerScrape:
                          if s.url in self._last_good),
             health=tuple(self._ledgers[s.url].health() for s in self._sources),
             malformed=malformed,
+            bodies={url: parts["body"] for url, parts in by_source.items() if "body" in parts},
         )
 
     def _take(self, source: BrokerSource, parts: dict[str, bytes],
@@ -176,8 +212,6 @@ class BrokerScrape:
             failure = FetchFailed(ScrapeError(status["reason"]), status["detail"])
             ledger.record(up=False, at=self._clock(), errors=(failure,))
             return None
-        self._last_good[source.url] = SourceTables(
-            **{name: _from_ipc(parts[name]) for name in _TABLES}, malformed=status["malformed"],
-            filtered=status["filtered"])
+        self._last_good[source.url] = tables_of(parts, status)
         ledger.record(up=True, at=self._clock())
         return status["malformed"]

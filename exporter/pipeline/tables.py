@@ -85,6 +85,9 @@ class BrokerData:
     health: tuple[SourceHealth, ...]
     # Skipped lines by reason, of the bodies fetched this cycle (stale ones not again).
     malformed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # The bodies fetched this cycle, zstd-compressed, when the tasks were asked for them
+    # (`run --record.dir`); the other brokers' tables are stale ones.
+    bodies: Mapping[str, bytes] = field(default_factory=dict)
 
 
 class BrokerSide(Protocol):

@@ -31,12 +31,14 @@ from exporter.exposition.metricset import process_body, render
 from exporter.exposition.status import view
 from exporter.pipeline.merge import merge
 from exporter.pipeline.tables import BrokerData, BrokerSide
+from exporter.record.store import Recorder
 from exporter.runtime.assembly import admin_side_for, broker_reports_for, exchange_for
 from exporter.runtime.exchange import UsageExchange, from_wire
 from exporter.server.http import PublishedState, build_server
 from exporter.sources.adminside import SnapshotSource
 from exporter.sources.brokerreports import BrokerReports
 from exporter.sources.model import Snapshot
+from exporter.transport.codec import WireReport
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ class Exporter:
                  admin_side: SnapshotSource | None = None, evictor: Evictor | None = None,
                  state: PublishedState | None = None, clock: Callable[[], float] = time.time,
                  exchange: UsageExchange | None = None, config_file: ConfigFile | None = None,
-                 participate: bool = False, broker_reports: BrokerReports | None = None):
+                 participate: bool = False, broker_reports: BrokerReports | None = None,
+                 recorder: Recorder | None = None):
         """`participate`: join the usage exchange (the `run` command); a one-off check
         does not, so it never shows up to peers as a participant. `brokers` (default: the
         Spark job over `config.sources.brokers`, started on first use) and `admin_side` (the
@@ -82,16 +85,21 @@ class Exporter:
         self._last_success: float | None = None
         self._filtered = 0  # topics filters.topics left out, in the latest broker tables
         self.enforcement = Enforcement()
+        self.recorder = recorder  # run --record.dir: what each cycle saw, for `replay`
+        self.config_text = (config_file.path.read_text() if config_file is not None
+                            else "# a config given in-process, not read from a file\n")
+        self._heard: list[WireReport] = []  # peers' reports since the last recorded cycle
 
     # --- stages -----------------------------------------------------------------------------
     def broker_side(self) -> BrokerSide:
         """The broker side, built on first use: building the Spark plan starts Spark."""
         if self._brokers is None:
-            from exporter.pipeline.scrape import BrokerScrape, on_spark
+            from exporter.pipeline.scrape import BrokerScrape, TaskOptions, on_spark
             from exporter.pipeline.session import get_session
 
             sources = self.config.sources.brokers
-            job = on_spark(get_session(self.config.spark), sources, self.config.filters.topics)
+            options = TaskOptions(self.config.filters.topics, keep_body=self.recorder is not None)
+            job = on_spark(get_session(self.config.spark), sources, options)
             self._brokers = BrokerScrape(sources, job, self._clock)
         return self._brokers
 
@@ -134,6 +142,7 @@ class Exporter:
                     log.exception("broker scrape failed")
         with stage("collect"):  # what is left of the admin walk
             snapshot = admin.result()
+        seen = snapshot
         if brokers is not None:
             snapshot = dataclasses.replace(snapshot, health=brokers.health + snapshot.health)
         now = self._clock()
@@ -165,6 +174,9 @@ class Exporter:
             else:
                 log.exception("check cycle failed after %s; keeping the last good decisions",
                               ", ".join(stages) or "nothing")
+        if self.recorder is not None and brokers is not None:
+            with stage("record"):
+                self._record(now, seen, brokers)
         self.tallies.check_duration = self.tallies.check_duration.observe(
             time.perf_counter() - started)
         with stage("publish"):
@@ -176,7 +188,8 @@ class Exporter:
                                    self.config.check_interval, engine.report_interval,
                                    engine.max_report_gap, self.config.backlog_quotas.enforce,
                                    topics_filtered=self._filtered,
-                                   max_topics=self.config.filters.max_topics)
+                                   max_topics=self.config.filters.max_topics,
+                                   record_bytes=self.recorder.bytes if self.recorder else None)
                 metrics = build(facts, decisions, snapshot.health, self.tallies,
                                 self.decider.participant,
                                 self.broker_reports.take(now) if self.broker_reports else None)
@@ -230,6 +243,8 @@ class Exporter:
                 exchange.gate.forget(report.participant)
                 continue
             received += 1
+            if self.recorder is not None:
+                self._heard.append(report)
             for entry in from_wire(report):
                 malformed += isinstance(self.decider.accept(entry, now), EntryRejected)
         if inbound.spoofed:
@@ -249,6 +264,18 @@ class Exporter:
             t.reports_suppressed += round_.suppressed if round_ else 0
             t.reports_sent += sent
             t.exchange_seconds = time.perf_counter() - t0
+
+    def _record(self, now: float, snapshot: Snapshot, brokers: BrokerData) -> None:
+        """Write what this cycle saw; a failure (disk full) is counted, never fatal."""
+        assert self.recorder is not None
+        with self._tally_lock:
+            reports, self._heard = tuple(self._heard), []
+        try:
+            self.recorder.write(now, self.config_text, snapshot, brokers.health,
+                                brokers.bodies, reports)
+        except OSError as exc:
+            self.tallies.record_failures += 1
+            log.error("cannot record this cycle in %s: %s", self.recorder.root, exc)
 
     def start_exchange(self, stop: threading.Event) -> threading.Thread:
         """Run `exchange_round` every report_interval until `stop` is set (a reload may
@@ -277,6 +304,8 @@ class Exporter:
 
     def _apply(self, new: Config) -> None:
         old, self.config = self.config, new
+        if self.config_file is not None:
+            self.config_text = self.config_file.path.read_text()
         self.decider.reconfigure(new)
         if ((new.sources, new.backlog_quotas.source, new.resource_group_engine.source)
                 != (old.sources, old.backlog_quotas.source, old.resource_group_engine.source)):
@@ -304,13 +333,14 @@ class Exporter:
 
 
 def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
-        stop: threading.Event | None = None, config_file: ConfigFile | None = None) -> int:
+        stop: threading.Event | None = None, config_file: ConfigFile | None = None,
+        recorder: Recorder | None = None) -> int:
     """Serve until SIGTERM/SIGINT (or `stop` is set); reload `config_file` on SIGHUP or
     when it changes. Returns the exit status."""
     from exporter.runtime.scheduler import Scheduler
     from exporter.server.webconfig import load_web_config
 
-    exporter = Exporter(config, config_file=config_file, participate=True)
+    exporter = Exporter(config, config_file=config_file, participate=True, recorder=recorder)
     server = build_server(config.exposition.listen, exporter.state,
                           load_web_config(config.exposition)).start()
     scheduler = Scheduler(config.check_interval, exporter.cycle, exporter.skipped)

@@ -1,0 +1,153 @@
+"""Replay recorded cycles under another configuration: what would these quotas have done?
+
+Every recorded body is parsed in one Spark job (all snapshots in one plan, `local[*]` or a
+cluster: the bodies travel in the plan, so executors need no access to the record), with
+the what-if config's topic filter. Then the driver runs the exporter's own cycle
+(`Exporter.cycle`: merge, engine, actions, exposition) over the snapshots in time order,
+with each cycle's recorded clock, admin snapshot and broker health, and the peers' usage
+reports fed to the engine before the cycle (one report round per recorded cycle). So the
+decisions are the live code's, on the live inputs; only the world does not answer back:
+an eviction decided here does not shorten the backlogs recorded after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
+from exporter.config.model import Config, TopicFilter
+from exporter.pipeline.scrape import PIECE_BYTES, parsed_pieces, tables_of
+from exporter.pipeline.tables import BrokerData, SourceTables
+from exporter.record.store import RecordedCycle
+from exporter.runtime.cycle import CycleReport, Exporter
+from exporter.runtime.exchange import from_wire
+from exporter.sources.brokers import whole_lines
+from exporter.sources.model import Snapshot
+
+_IN = pa.schema([("cycle", pa.int64(), False), ("source", pa.string(), False),
+                 ("body", pa.binary(), False)])
+_OUT = pa.schema([("cycle", pa.int64(), False), ("source", pa.string(), False),
+                  ("part", pa.string(), False), ("payload", pa.binary(), False)])
+
+
+# --- in the executor -------------------------------------------------------------------------
+def parse_recorded(rule: TopicFilter,
+                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over (cycle, source, zstd body) rows → the scrape task's parts, per row."""
+    for batch in batches:
+        for cycle, source, body in zip(*(batch.column(n).to_pylist()
+                                         for n in ("cycle", "source", "body")), strict=True):
+            stream = pa.CompressedInputStream(pa.BufferReader(body), "zstd")
+            pieces = whole_lines(iter(lambda s=stream: s.read(PIECE_BYTES), b""), PIECE_BYTES)
+            parts, facts = parsed_pieces(pieces, rule)
+            rows = [("status", json.dumps(facts).encode()), *parts]
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([cycle] * len(rows), pa.int64()), pa.array([source] * len(rows)),
+                 pa.array([r[0] for r in rows]), pa.array([r[1] for r in rows], pa.binary())],
+                schema=_OUT)
+
+
+# --- on the driver ---------------------------------------------------------------------------
+def parse_all(cycles: Sequence[RecordedCycle], rule: TopicFilter,
+              spark: SparkSession) -> dict[tuple[int, str], SourceTables]:
+    """Every recorded body's tables, keyed by (cycle index, broker URL): one Spark job."""
+    rows = [{"cycle": i, "source": url, "body": c.body(url)}
+            for i, c in enumerate(cycles) for url in sorted(c.bodies)]
+    if not rows:
+        return {}
+    slots = spark.sparkContext.defaultParallelism
+    frame = spark.createDataFrame(pa.Table.from_pylist(rows, schema=_IN))
+    frame = frame.repartition(max(1, min(len(rows), 2 * slots)))
+    result = frame.mapInArrow(partial(parse_recorded, rule), from_arrow_schema(_OUT)).toArrow()
+    parts: dict[tuple[int, str], dict[str, bytes]] = {}
+    for row in result.to_pylist():
+        parts.setdefault((row["cycle"], row["source"]), {})[row["part"]] = row["payload"]
+    return {key: tables_of(p, json.loads(p["status"])) for key, p in parts.items()}
+
+
+class ReplayBrokers:
+    """The broker side of each replayed cycle: the recorded health, the tables parsed by
+    the batch job, and a broker's last good tables where its fetch had failed (as live)."""
+
+    def __init__(self, cycles: Sequence[RecordedCycle],
+                 tables: Mapping[tuple[int, str], SourceTables]):
+        self._cycles = cycles
+        self._tables = tables
+        self._last_good: dict[str, SourceTables] = {}
+        self.index = -1
+
+    def run(self) -> BrokerData:
+        cycle = self._cycles[self.index]
+        malformed = {}
+        for url in cycle.bodies:
+            fresh = self._tables.get((self.index, url))
+            if fresh is not None:
+                self._last_good[url] = fresh
+                malformed[url] = fresh.malformed
+        urls = [h.source for h in cycle.broker_health]
+        return BrokerData(tables=tuple((u, self._last_good[u]) for u in urls
+                                       if u in self._last_good),
+                          health=cycle.broker_health, malformed=malformed)
+
+
+class RecordedAdmin:
+    """The admin side of each replayed cycle: what the live one collected."""
+
+    def __init__(self, cycles: Sequence[RecordedCycle], brokers: ReplayBrokers):
+        self._cycles = cycles
+        self._brokers = brokers
+
+    def collect(self) -> Snapshot:
+        return self._cycles[self._brokers.index].snapshot
+
+    def close(self) -> None:
+        pass
+
+
+class SimulatedEvictor:
+    """A stand-in for the cluster under `backlog_quotas.enforce: true`: every order is
+    taken as done, as a working broker connection would; the backlog it would have cut
+    stays in the recorded bodies that follow."""
+
+    def __init__(self) -> None:
+        self.orders: list[EvictionOrder] = []
+
+    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[Performed, ...]:
+        self.orders += orders
+        return tuple(Performed(o, EvictionMethod.SEEK, o.messages, Completion.CONFIRMED)
+                     for o in orders)
+
+
+@dataclasses.dataclass
+class _Clock:
+    now: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def replay_cycles(config: Config, cycles: Sequence[RecordedCycle],
+                  tables: Mapping[tuple[int, str], SourceTables]) -> Iterator[CycleReport]:
+    """The exporter's cycle over each recorded one, in order (see the module docstring)."""
+    brokers = ReplayBrokers(cycles, tables)
+    clock = _Clock()
+    exporter = Exporter(config, brokers=brokers, admin_side=RecordedAdmin(cycles, brokers),
+                        evictor=SimulatedEvictor(), clock=clock)
+    try:
+        for index, cycle in enumerate(cycles):
+            brokers.index = index
+            clock.now = cycle.now
+            for report in cycle.reports:
+                for entry in from_wire(report):
+                    exporter.decider.accept(entry, cycle.now)
+            exporter.decider.round(cycle.now)
+            yield exporter.cycle()
+    finally:
+        exporter.close()
