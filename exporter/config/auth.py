@@ -24,7 +24,7 @@ def read(r: Reader, path: str, file: str | None, *, strip: bool = False) -> str 
         return None
     try:
         text = Path(file).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
         r.error(path, f"cannot read {file!r}: {getattr(exc, 'strerror', None) or exc}")
         return None
     return text.strip() if strip else text

@@ -77,7 +77,10 @@ def load(path: str | os.PathLike[str], *, expand: bool = False) -> Config:
         raise ConfigError([f"{filename}: cannot read: not UTF-8 text (byte {e.start})"]) from None
     if expand:
         text = expand_env(text, filename, os.environ)
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # refuses control characters at once
+    except yaml.YAMLError as e:
+        raise ConfigError([f"{filename}: not valid YAML: {e}"]) from None
     try:
         data = loader.get_single_data()
     except yaml.MarkedYAMLError as e:
@@ -87,6 +90,9 @@ def load(path: str | os.PathLike[str], *, expand: bool = False) -> Config:
         raise ConfigError([f"{filename}: {where}: not valid YAML: {e.problem}{column}"]) from None
     except yaml.YAMLError as e:
         raise ConfigError([f"{filename}: not valid YAML: {e}"]) from None
+    except ValueError as e:  # PyYAML's int() of 4,300 digits and more, a date like 2001-13-45
+        raise ConfigError([f"{filename}: not valid YAML: a value cannot be read: "
+                           f"{str(e)[:120]}"]) from None
     finally:
         loader.dispose()
     errors = [

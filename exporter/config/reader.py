@@ -72,6 +72,9 @@ class Reader:
         except ValueError as e:
             self.error(path, str(e))
             return default
+        except OverflowError:  # a number with hundreds of digits
+            self.error(path, f"out of range: {str(value)[:40]}…")
+            return default
 
 
 def schema_keys(cls: type, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:

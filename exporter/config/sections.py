@@ -163,7 +163,8 @@ def resource_group_engine(r: Reader, value: object) -> ResourceGroupEngine:
             m, "suppression_tolerance_percent", path, cv.percent, d.suppression_tolerance_percent
         ),
         max_suppressed_rounds=r.get(
-            m, "max_suppressed_rounds", path, cv.integer(0), d.max_suppressed_rounds
+            m, "max_suppressed_rounds", path, cv.integer(0, maximum=10_000),
+            d.max_suppressed_rounds
         ),
         stale_after=r.get(m, "stale_after", path, cv.duration, d.stale_after),
         allocator=r.get(m, "allocator", path, cv.choice(Allocator, "allocator"), d.allocator),

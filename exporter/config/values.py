@@ -43,12 +43,14 @@ def number(value: object) -> float:
     return float(value)
 
 
-def integer(minimum: int, note: str = "") -> Convert[int]:
+def integer(minimum: int, note: str = "", maximum: int | None = None) -> Convert[int]:
     def convert(value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise expected("an integer", value)
         if value < minimum:
             raise ValueError(f"must be at least {minimum}{note}, found {value}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"must be at most {maximum}, found {str(value)[:40]}")
         return value
 
     return convert

@@ -233,8 +233,11 @@ def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndar
             hit = _named(data, key_start, key_end, length, head, tail, spelling.encode())
             pair[row[hit]] = hit
         present = pair >= 0
-        v_start = np.where(present, opening[pair] + 1, 0)
-        v_end = np.where(present, closing[pair], 0)
+        if len(opening):
+            v_start = np.where(present, opening[pair] + 1, 0)
+            v_end = np.where(present, closing[pair], 0)
+        else:  # no quoted value in the whole piece (e.g. only `name value` lines)
+            v_start = v_end = np.zeros(n, np.int64)
         values = slices.distinct(data, v_start, v_end, present & (v_end > v_start))
         if escaped:
             words = pc.replace_substring(values.dictionary, _ESCAPED_BACKSLASH, "\\")

@@ -7,6 +7,7 @@ leaves that item out and counts it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from itertools import pairwise
 
@@ -25,7 +26,7 @@ def _number(doc: Mapping, key: str, where: str, *, required: bool) -> float | No
             raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing {key!r}")
         return None
     value = doc[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise FetchFailure(ScrapeError.MALFORMED, f"{where}: {key!r} is not a number: {value!r}")
     return value
 

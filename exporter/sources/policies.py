@@ -22,6 +22,7 @@ partition (`TopicName.getPartitionedTopicName`). A 405 (topic-level policies dis
 
 from __future__ import annotations
 
+import math
 import urllib.error
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -95,10 +96,13 @@ def broker_default_from_json(doc: object) -> dict[QuotaType, TypedQuota]:
         if value is None or value == "":
             return default
         try:
-            return float(value)
-        except (TypeError, ValueError):
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            number = math.nan
+        if isinstance(value, bool) or not math.isfinite(number):
             raise FetchFailure(ScrapeError.MALFORMED,
-                               f"{where}: {key} is not a number: {value!r}") from None
+                               f"{where}: {key} is not a number: {value!r}")
+        return number
 
     gigabytes = number("backlogQuotaDefaultLimitGB", -1.0)
     size = gigabytes * _BYTES_IN_GIGABYTE if gigabytes > 0 else number(

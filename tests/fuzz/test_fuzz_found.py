@@ -1,6 +1,6 @@
-"""Crashes the fuzzing found (tests/fuzz, tests/bench/fuzz.py), one failing test each,
-smallest input first, and the fix each calls for. They fail until fixed; then remove the
-crash from `inputs.KNOWN_CRASHES`, which the property tests let through meanwhile.
+"""Crashes the fuzzing found (tests/fuzz, tests/bench/fuzz.py), one test each, smallest
+input first, with the fix each called for: all fixed, and kept fixed by these tests. A new
+one gets its test here and, while its fix is pending, its site in `inputs.KNOWN_CRASHES`.
 
 1. parse.py `_labels`: a body (or an 8 MiB piece of one) whose samples of the families
    read carry no quoted label value at all indexes an empty array (`opening[pair]` with
