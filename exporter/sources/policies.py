@@ -107,6 +107,9 @@ def broker_default_from_json(doc: object) -> dict[QuotaType, TypedQuota]:
     gigabytes = number("backlogQuotaDefaultLimitGB", -1.0)
     size = gigabytes * _BYTES_IN_GIGABYTE if gigabytes > 0 else number(
         "backlogQuotaDefaultLimitBytes", -1.0)
+    if not math.isfinite(size):  # 1e308 GB is a finite number of gigabytes, not of bytes
+        raise FetchFailure(ScrapeError.MALFORMED,
+                           f"{where}: backlogQuotaDefaultLimitGB out of range: {gigabytes!r}")
     policy = _policy(doc.get("backlogQuotaDefaultRetentionPolicy", "producer_request_hold"),
                      where)
     return {QuotaType.SIZE: TypedQuota(float(int(size)), policy),

@@ -88,6 +88,7 @@ def test_a_topic_stats_number_that_is_not_finite_is_malformed(body: str) -> None
 
 
 @pytest.mark.parametrize("doc", [{"backlogQuotaDefaultLimitGB": "1e999"},
+                                 {"backlogQuotaDefaultLimitGB": 1e308},  # finite GB, inf bytes
                                  {"backlogQuotaDefaultLimitBytes": "NaN"},
                                  {"backlogQuotaDefaultLimitBytes": "Infinity"}])
 def test_a_broker_default_quota_that_is_not_finite_is_malformed(doc: dict) -> None:

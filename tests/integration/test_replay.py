@@ -39,6 +39,8 @@ def _config_map(broker: EmbeddedBroker, limit_time: str) -> dict:
                     "service_url": broker.service_url},
         "backlog_quotas": {"namespaces": {"public/replay": {
             "limit_time": limit_time, "policy": "consumer_backlog_eviction"}}},
+        "resource_groups": {"rg-replay": {"publish": {"messages_per_second": 100},
+                                          "namespaces": ["public/replay"]}},
         "spark": {"master": "local[2]"},
     }
 
@@ -130,15 +132,17 @@ def test_the_replay_command_writes_the_report_and_a_browser_loads_it(recorded, t
     report = json.loads((out / "report.json").read_text())
     assert len(report["cycles"]) == CYCLES
     assert report["summary"]["evictions"][TOPIC]["time"] >= 1
-    for picture in ("backlog_age.png", "backlog_size.png"):
+    for picture in ("backlog_age.png", "backlog_size.png", "resource_groups.png"):
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rounds = report["summary"]["resource_group_rounds"]
+    assert len(rounds) == CYCLES and {r["resource_group"] for r in rounds} == {"rg-replay"}
     browser = shutil.which("chromium")
     assert browser, "chromium is needed (./dev test installs Debian's chromium)"
     dom = subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
          "--virtual-time-budget=5000", "--dump-dom", (out / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120)
-    assert 'data-images-loaded="2"' in dom.stdout, (dom.stdout[-2000:], dom.stderr[-2000:])
+    assert 'data-images-loaded="3"' in dom.stdout, (dom.stdout[-2000:], dom.stderr[-2000:])
     assert TOPIC in dom.stdout
 
 
