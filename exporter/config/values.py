@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from enum import StrEnum
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -243,7 +244,9 @@ def topic_regex(value: object) -> str:
     (RE2, via Arrow: no look-around or back-references)."""
     text = string(value)
     try:
-        re.compile(text)
+        with warnings.catch_warnings():  # Python's hints about its own future syntax
+            warnings.simplefilter("ignore", FutureWarning)
+            re.compile(text)
     except re.error as e:
         raise ValueError(f"not a regular expression: {e}") from None
     import pyarrow as pa  # here: only a config with filters needs Arrow to check them
