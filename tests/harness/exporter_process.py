@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -26,6 +27,8 @@ from tests.harness.pulsar import Metrics
 __all__ = ["CLI", "ExporterProcess", "run_cli"]
 
 CLI = Path(sys.executable).with_name("pulsar-quota-exporter")
+
+_LOGFMT_MSG = re.compile(r' msg=("(?:[^"\\]|\\.)*"|\S+)')
 
 
 def _cli() -> str:
@@ -48,7 +51,7 @@ class ExporterProcess:
 
     def __init__(self, workdir: Path, config: Mapping[str, Any], *, name: str = "exporter",
                  port: int | None = None, log_level: str = "info",
-                 log_format: str = "logfmt") -> None:
+                 log_format: str = "logfmt", extra_args: tuple[str, ...] = ()) -> None:
         self.name = name
         self.port = port or free_port()
         self.config_path = workdir / f"{name}.yaml"
@@ -56,7 +59,7 @@ class ExporterProcess:
         self.write_config(config)
         self.process = ManagedProcess(name, [
             _cli(), "run", "--config.file", self.config_path, "--log.level", log_level,
-            "--log.format", log_format,
+            "--log.format", log_format, *extra_args,
         ], workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def write_config(self, config: Mapping[str, Any]) -> None:
@@ -132,6 +135,16 @@ class ExporterProcess:
     # --- its log --------------------------------------------------------------------------
     def log(self) -> str:
         return self.process.log()
+
+    def log_messages(self) -> list[str]:
+        """The `msg` of each logfmt line of the log (--log.format logfmt), unescaped."""
+        out = []
+        for line in self.log().splitlines():
+            match = _LOGFMT_MSG.search(line) if line.startswith("time=") else None
+            if match:
+                raw = match.group(1)
+                out.append(json.loads(raw) if raw.startswith('"') else raw)
+        return out
 
     def log_tail(self, lines: int = 40) -> str:
         return self.process.log_tail(lines)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from exporter.demo.embedded import free_port
+from exporter.record.store import config_text, read_cycles
 from tests.harness.exporter_process import ExporterProcess, run_cli
 from tests.harness.pulsar import Metrics, PulsarLite, pulsar_lite_fixture
 from tests.harness.wait import poll
@@ -71,7 +72,8 @@ def exporter(pulsar_lite: PulsarLite, tmp_path: Path,
              request: pytest.FixtureRequest) -> Iterator[ExporterProcess]:
     """The exporter process; `--log.format` from an indirect parameter (default logfmt)."""
     proc = ExporterProcess(tmp_path, _config(pulsar_lite),
-                           log_format=getattr(request, "param", "logfmt")).start()
+                           log_format=getattr(request, "param", "logfmt"),
+                           extra_args=("--record.dir", str(tmp_path / "record"))).start()
     try:
         yield proc
     finally:
@@ -133,6 +135,11 @@ def test_run_becomes_ready_serves_and_stops_cleanly_on_a_signal(
         socket.create_connection(("127.0.0.1", exporter.port), timeout=2).close()
     assert "Traceback" not in log, log[-4000:]
     _assert_log_format(log, request.node.callspec.params["exporter"])
+    # run --record.dir: every cycle it completed is on disk, complete and readable
+    recorded = list(read_cycles(exporter.config_path.parent / "record"))
+    assert len(recorded) >= 2 and all(c.bodies for c in recorded)
+    assert config_text(exporter.config_path.parent / "record", recorded[-1].config_hash) == \
+        exporter.config_path.read_text()
     # Nothing of the exporter outlives it (the Spark JVM exits with its parent).
     poll(exporter.group_members, "nothing left of the exporter's process group", EXIT_WITHIN,
          interval=0.2, until=lambda members: members == [])
@@ -192,7 +199,8 @@ def test_sighup_reloads_a_bad_edit_is_refused_and_a_good_one_applied(
     assert exporter.running
     assert exporter.scrape().value("pulsar_storage_backlog_quota_limit",
                                    topic=topic) == LIMIT_SIZE  # the running config stays
-    assert 'backlog_quotas.namespaces["public/proc"].limit_size' in exporter.log()
+    assert any('backlog_quotas.namespaces["public/proc"].limit_size' in m
+               for m in exporter.log_messages()), exporter.log_tail()
 
     exporter.config_path.write_text(good.replace("limit_size: 1MiB", "limit_size: 2MiB"))
 

@@ -116,3 +116,39 @@ def test_unreadable_records_are_errors_naming_the_path(tmp_path):
         read_cycle(path)
     with pytest.raises(RecordError, match="not a record directory"):
         list(read_cycles(tmp_path / "nope"))
+
+
+def _doc(at: str, topics: list[dict]) -> dict:
+    return {"checked_at": at, "topics": topics, "resource_groups": []}
+
+
+def _topic(name: str, *, exceeded=(), action="none", evict=None, age=None, limit=None) -> dict:
+    return {"topic": name, "exceeded": list(exceeded), "action": action, "evict": evict,
+            "backlog_age_seconds": age, "limit_time_seconds": limit,
+            "backlog_size_bytes": None, "limit_size_bytes": None}
+
+
+def test_the_summary_counts_evictions_time_over_quota_and_holds():
+    from exporter.record.report import summarize, terminal
+
+    cut = [{"subscription": "s", "quota_type": "time", "before_publish_time": "x"}]
+    docs = [
+        _doc("t0", [_topic("a", age=5, limit=10), _topic("h", age=1, limit=10)]),
+        _doc("t1", [_topic("a", exceeded=["time"], action="consumer_backlog_eviction",
+                           evict=cut, age=12, limit=10),
+                    _topic("h", exceeded=["time"], action="producer_request_hold",
+                           age=15, limit=10)]),
+        _doc("t2", [_topic("a", exceeded=["time"], action="consumer_backlog_eviction",
+                           evict=cut, age=20, limit=10),
+                    _topic("h", age=2, limit=10)]),
+    ]
+    s = summarize(docs, [0.0, 10.0, 30.0], allocator="pulsar")
+    assert s["evictions"] == {"a": {"time": 2}}
+    assert s["first_eviction_cycle"] == {"a": {"time": 1}}
+    # t1 counts until t2 (20 s); the last cycle counts the median interval (15 s)
+    assert s["seconds_over_quota"] == {"a": {"time": 35.0}, "h": {"time": 20.0}}
+    assert s["producer_hold_seconds"] == {"h": 20.0}
+    assert s["closest_to_quota"][0] == {"topic": "a", "ratio": 2.0}
+    text = terminal(s, "out")
+    assert "evictions that would have happened: 2 on 1 topic(s)" in text
+    assert "longest h: 20s" in text
