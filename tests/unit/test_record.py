@@ -152,3 +152,13 @@ def test_the_summary_counts_evictions_time_over_quota_and_holds():
     text = terminal(s, "out")
     assert "evictions that would have happened: 2 on 1 topic(s)" in text
     assert "longest h: 20s" in text
+
+
+def test_replay_times_are_unix_seconds_or_iso_8601():
+    from exporter.record.command import parse_time
+
+    assert parse_time("1795518720.5") == 1795518720.5
+    assert parse_time("2026-11-24T10:00:00Z") == parse_time("2026-11-24T10:00:00+00:00") \
+        == 1795514400.0
+    with pytest.raises(ValueError, match="not a time: 'yesterday'"):
+        parse_time("yesterday")
