@@ -106,7 +106,7 @@ def test_deleted_topics_and_departed_subscriptions_disappear(apache_pulsar: Apac
             WOULD_EVICT, topic=doomed) == [], timeout=forget_after + 60)
         print(f"\ncounters forgotten {time.monotonic() - gone_at:.1f}s after the gauges "
               f"(forget_after {forget_after}s)")
-        assert time.monotonic() - gone_at >= forget_after - 2.5  # not before (one cycle early)
+        # when exactly is the unit tests' (an injected clock): test_filters.py
         assert (m.value(WOULD_EVICT, topic=stays, quota_type="time") or 0) >= 1
     finally:
         exporter.close()
