@@ -158,7 +158,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         replay = MetricsReplayServer().start()
         stack.callback(replay.stop)
         # Spark's start dominates: launch the exporter first, do the rest meanwhile.
-        exporter = ExporterProcess(root / "exporter", exporter_config(broker, replay)).start()
+        exporter = ExporterProcess(root / "exporter", exporter_config(broker, replay),
+                                   extra_args=("--record.dir", str(root / "record"))).start()
         stack.callback(exporter.stop)
         stalled_at = time.time()
         _workload(broker)
