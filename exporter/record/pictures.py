@@ -14,6 +14,7 @@ from exporter.config.model import Allocator, Config
 from exporter.record.store import RecordedCycle
 
 TOPICS_PLOTTED = 5
+GROUPS_PLOTTED = 6  # group × class rows of the allocator comparison
 
 
 def _times(nows: Sequence[float]) -> list[datetime]:
@@ -49,29 +50,30 @@ def _backlog_plot(plt, path: Path, docs, nows, topics, value: str, limit: str, u
 
 
 def _group_plot(plt, path: Path, runs: Mapping[str, Sequence[Mapping]], nows) -> bool:
-    """Usage and local quota per participant, one panel per allocator."""
+    """Usage and local quota per group and class (rows, at most GROUPS_PLOTTED), one column
+    per allocator."""
     groups = sorted({(g["resource_group"], g["monitoring_class"])
                      for docs in runs.values() for d in docs for g in d["resource_groups"]})
     if not groups:
         return False
-    group, cls = groups[0]
-    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4), dpi=100, sharey=True,
-                             squeeze=False)
+    groups = groups[:GROUPS_PLOTTED]
+    fig, axes = plt.subplots(len(groups), len(runs), figsize=(5 * len(runs), 3.2 * len(groups)),
+                             dpi=100, sharey="row", squeeze=False)
     times = _times(nows)
-    for ax, (allocator, docs) in zip(axes[0], runs.items(), strict=True):
-        usage, local = [], []
-        for d in docs:
-            g = next((x for x in d["resource_groups"] if (x["resource_group"],
-                                                          x["monitoring_class"]) == (group, cls)),
-                     None)
-            usage.append((g["usage"] or {}).get("messages_per_second") if g else None)
-            local.append((g["local_quota"] or {}).get("messages_per_second") if g else None)
-        ax.plot(times, [v if v is not None else float("nan") for v in usage], label="usage")
-        ax.plot(times, [v if v is not None else float("nan") for v in local],
-                linestyle="--", label="local quota")
-        ax.set_title(f"{group} {cls}: {allocator}")
-        ax.set_ylabel("messages/s")
-        ax.legend(fontsize="small")
+    for row, (group, cls) in zip(axes, groups, strict=True):
+        for ax, (allocator, docs) in zip(row, runs.items(), strict=True):
+            usage, local = [], []
+            for d in docs:
+                g = next((x for x in d["resource_groups"]
+                          if (x["resource_group"], x["monitoring_class"]) == (group, cls)), None)
+                usage.append((g["usage"] or {}).get("messages_per_second") if g else None)
+                local.append((g["local_quota"] or {}).get("messages_per_second") if g else None)
+            ax.plot(times, [v if v is not None else float("nan") for v in usage], label="usage")
+            ax.plot(times, [v if v is not None else float("nan") for v in local],
+                    linestyle="--", label="local quota")
+            ax.set_title(f"{group} {cls}: {allocator}", fontsize="medium")
+            ax.set_ylabel("messages/s")
+            ax.legend(fontsize="small")
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path)
