@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import dataclasses
 
         from exporter.config.reload import ConfigFile
-        from exporter.runtime.cycle import run
+        from exporter.runtime.serve import run
 
         def adjust(config):
             if not args.listen:

@@ -23,6 +23,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
 from exporter.config.model import Config, TopicFilter
+from exporter.exposition.status import view
 from exporter.pipeline.scrape import PIECE_BYTES, parsed_pieces, tables_of
 from exporter.pipeline.tables import BrokerData, SourceTables
 from exporter.record.store import RecordedCycle
@@ -148,6 +149,9 @@ def replay_cycles(config: Config, cycles: Sequence[RecordedCycle],
                 for entry in from_wire(report):
                     exporter.decider.accept(entry, cycle.now)
             exporter.decider.round(cycle.now)
-            yield exporter.cycle()
+            # The check only: a replay serves no /metrics, so nothing is rendered.
+            seen, decisions, now, stages = exporter.check()
+            status = view(config.cluster, now, decisions, seen.health, stages)
+            yield CycleReport(seen, decisions, status, b"")
     finally:
         exporter.close()

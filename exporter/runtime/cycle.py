@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from exporter.actions.evict import evictor_for
 from exporter.actions.orders import Evictor
@@ -34,13 +34,23 @@ from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.record.store import Recorder
 from exporter.runtime.assembly import admin_side_for, broker_reports_for, exchange_for
 from exporter.runtime.exchange import UsageExchange, from_wire
-from exporter.server.http import PublishedState, build_server
+from exporter.server.http import PublishedState
 from exporter.sources.adminside import SnapshotSource
 from exporter.sources.brokerreports import BrokerReports
 from exporter.sources.model import Snapshot
 from exporter.transport.codec import WireReport
 
 log = logging.getLogger(__name__)
+
+
+class Checked(NamedTuple):
+    """One check before publication: what it saw, decided (or the last good decisions),
+    its clock and its stages' seconds (mutable: publication adds its own)."""
+
+    snapshot: Snapshot
+    decisions: Decisions | None
+    now: float
+    stages: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ class Exporter:
         self._last_decisions: Decisions | None = None
         self._last_success: float | None = None
         self._filtered = 0  # topics filters.topics left out, in the latest broker tables
+        self._publish_seconds: float | None = None
         self.enforcement = Enforcement()
         self.recorder = recorder  # run --record.dir: what each cycle saw, for `replay`
         self.config_text = (config_file.path.read_text() if config_file is not None
@@ -120,6 +131,37 @@ class Exporter:
 
     # --- one cycle ---------------------------------------------------------------------------
     def cycle(self) -> CycleReport:
+        """One check, then published: the /metrics body and /api/v1/status."""
+        checked = self.check()
+        snapshot, decisions, now, stages = checked
+        t0 = time.perf_counter()
+        if self._publish_seconds is not None:  # the previous publication's: this one is not over
+            stages["publish"] = self._publish_seconds
+        with self._tally_lock:
+            if self.tallies.exchange_seconds is not None:
+                stages["transport"] = self.tallies.exchange_seconds
+            engine = self.config.resource_group_engine
+            facts = CycleFacts(self.config.cluster, now, stages, self._last_success,
+                               self.config.check_interval, engine.report_interval,
+                               engine.max_report_gap, self.config.backlog_quotas.enforce,
+                               topics_filtered=self._filtered,
+                               max_topics=self.config.filters.max_topics,
+                               record_bytes=self.recorder.bytes if self.recorder else None)
+            metrics = build(facts, decisions, snapshot.health, self.tallies,
+                            self.decider.participant,
+                            self.broker_reports.take(now) if self.broker_reports else None)
+        body = render(metrics, topic_level=self.config.exposition.topic_level)
+        body += process_body()
+        status = view(self.config.cluster, now, decisions, snapshot.health, stages)
+        degraded = tuple(f"source {h.source} down: {h.last_error_detail}"
+                         for h in snapshot.health if not h.up)
+        self.state.publish(body, status, degraded=degraded)
+        self._publish_seconds = time.perf_counter() - t0
+        return CycleReport(snapshot, decisions, status, body)
+
+    def check(self) -> Checked:
+        """Collect, decide, act and record: a cycle but its publication (`replay` runs
+        this). On failure the last good decisions stay, as published."""
         stages: dict[str, float] = {}
 
         @contextmanager
@@ -179,27 +221,7 @@ class Exporter:
                 self._record(now, seen, brokers)
         self.tallies.check_duration = self.tallies.check_duration.observe(
             time.perf_counter() - started)
-        with stage("publish"):
-            with self._tally_lock:
-                if self.tallies.exchange_seconds is not None:
-                    stages["transport"] = self.tallies.exchange_seconds
-                engine = self.config.resource_group_engine
-                facts = CycleFacts(self.config.cluster, now, stages, self._last_success,
-                                   self.config.check_interval, engine.report_interval,
-                                   engine.max_report_gap, self.config.backlog_quotas.enforce,
-                                   topics_filtered=self._filtered,
-                                   max_topics=self.config.filters.max_topics,
-                                   record_bytes=self.recorder.bytes if self.recorder else None)
-                metrics = build(facts, decisions, snapshot.health, self.tallies,
-                                self.decider.participant,
-                                self.broker_reports.take(now) if self.broker_reports else None)
-            body = render(metrics, topic_level=self.config.exposition.topic_level)
-            body += process_body()
-            status = view(self.config.cluster, now, decisions, snapshot.health, stages)
-            degraded = tuple(f"source {h.source} down: {h.last_error_detail}"
-                             for h in snapshot.health if not h.up)
-            self.state.publish(body, status, degraded=degraded)
-        return CycleReport(snapshot, decisions, status, body)
+        return Checked(snapshot, decisions, now, stages)
 
     def cancel(self) -> None:
         """Stopping: cancel the running cycle's Spark jobs so the loop ends in seconds."""
@@ -330,52 +352,3 @@ class Exporter:
             if self.broker_reports is not None:
                 self.broker_reports.close()
             self.broker_reports = broker_reports_for(new)
-
-
-def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
-        stop: threading.Event | None = None, config_file: ConfigFile | None = None,
-        recorder: Recorder | None = None) -> int:
-    """Serve until SIGTERM/SIGINT (or `stop` is set); reload `config_file` on SIGHUP or
-    when it changes. Returns the exit status."""
-    from exporter.runtime.scheduler import Scheduler
-    from exporter.server.webconfig import load_web_config
-
-    exporter = Exporter(config, config_file=config_file, participate=True, recorder=recorder)
-    server = build_server(config.exposition.listen, exporter.state,
-                          load_web_config(config.exposition)).start()
-    scheduler = Scheduler(config.check_interval, exporter.cycle, exporter.skipped)
-    def stopping(*_: object) -> None:
-        scheduler.stop()
-        # off the signal handler: cancelling talks to the JVM over py4j
-        threading.Thread(target=exporter.cancel, daemon=True).start()
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, stopping)
-        if config_file is not None:
-            signal.signal(signal.SIGHUP, lambda *_: config_file.request())
-    if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), stopping()), daemon=True).start()
-    exchange_stop = threading.Event()
-    exchange = exporter.start_exchange(exchange_stop)
-    log.info("serving on %s", server.url)
-    ready(server.url)
-    try:
-        if not scheduler.stopping:
-            # Spark's start (10 s and more) is no check: keep it out of the first check's
-            # duration, so a restart does not look like a slow check to the alert rules.
-            from exporter.pipeline.session import get_session
-
-            get_session(config.spark)
-        scheduler.run()
-    finally:
-        exchange_stop.set()
-        exchange.join(timeout=10)
-        server.shutdown()
-        exporter.close()
-        from exporter.pipeline.session import stop as stop_spark
-
-        stop_spark()
-    log.info("stopped cleanly")
-    return 0
-

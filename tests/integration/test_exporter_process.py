@@ -150,13 +150,13 @@ def _assert_log_format(log: str, fmt: str) -> None:
     last says the exporter stopped cleanly."""
     ours = r'^time=\S+Z level=(debug|info|warn|error) logger=(exporter|py4j|pulsar)\S* msg='
     if fmt == "logfmt":
-        assert re.search(r'^time=\S+Z level=info logger=exporter\.runtime\.cycle '
+        assert re.search(r'^time=\S+Z level=info logger=exporter\.runtime\.serve '
                          r'msg="stopped cleanly"$', log, re.M), log[-4000:]
         assert not any(line.startswith('{"time"') for line in log.splitlines())
         return
     records = [json.loads(line) for line in log.splitlines() if line.startswith('{"time"')]
     assert records and all(set(r) >= {"time", "level", "logger", "msg"} for r in records)
-    stopped = {"logger": "exporter.runtime.cycle", "msg": "stopped cleanly", "level": "info"}
+    stopped = {"logger": "exporter.runtime.serve", "msg": "stopped cleanly", "level": "info"}
     assert any(stopped.items() <= r.items() for r in records), records[-3:]
     assert not re.search(ours, log, re.M), log[-4000:]
 

@@ -1,0 +1,66 @@
+"""`run`: the exporter as a service: the check loop, the usage exchange's own timer, the
+HTTP server, signals (SIGTERM/SIGINT stop, SIGHUP reloads) and a clean stop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+
+from exporter.config.model import Config
+from exporter.config.reload import ConfigFile
+from exporter.record.store import Recorder
+from exporter.runtime.cycle import Exporter
+from exporter.server.http import build_server
+
+log = logging.getLogger(__name__)
+
+
+def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
+        stop: threading.Event | None = None, config_file: ConfigFile | None = None,
+        recorder: Recorder | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (or `stop` is set); reload `config_file` on SIGHUP or
+    when it changes. Returns the exit status."""
+    from exporter.runtime.scheduler import Scheduler
+    from exporter.server.webconfig import load_web_config
+
+    exporter = Exporter(config, config_file=config_file, participate=True, recorder=recorder)
+    server = build_server(config.exposition.listen, exporter.state,
+                          load_web_config(config.exposition)).start()
+    scheduler = Scheduler(config.check_interval, exporter.cycle, exporter.skipped)
+    def stopping(*_: object) -> None:
+        scheduler.stop()
+        # off the signal handler: cancelling talks to the JVM over py4j
+        threading.Thread(target=exporter.cancel, daemon=True).start()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, stopping)
+        if config_file is not None:
+            signal.signal(signal.SIGHUP, lambda *_: config_file.request())
+    if stop is not None:
+        threading.Thread(target=lambda: (stop.wait(), stopping()), daemon=True).start()
+    exchange_stop = threading.Event()
+    exchange = exporter.start_exchange(exchange_stop)
+    log.info("serving on %s", server.url)
+    ready(server.url)
+    try:
+        if not scheduler.stopping:
+            # Spark's start (10 s and more) is no check: keep it out of the first check's
+            # duration, so a restart does not look like a slow check to the alert rules.
+            from exporter.pipeline.session import get_session
+
+            get_session(config.spark)
+        scheduler.run()
+    finally:
+        exchange_stop.set()
+        exchange.join(timeout=10)
+        server.shutdown()
+        exporter.close()
+        from exporter.pipeline.session import stop as stop_spark
+
+        stop_spark()
+    log.info("stopped cleanly")
+    return 0
+
