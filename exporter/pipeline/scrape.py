@@ -91,7 +91,7 @@ def scrape_one(source: BrokerSource, options: TaskOptions = DEFAULT_TASK) -> pa.
         body = pa.CompressedOutputStream(sink, "zstd") if sink is not None else None
         pieces = whole_lines(stream(source, started + source.timeout), PIECE_BYTES)
         parts, facts = parsed_pieces(pieces, options.rule, body)
-        if body is not None and sink is not None:
+        if sink is not None:
             body.close()
             parts.append(("body", sink.getvalue().to_pybytes()))
         status = {"up": True, "fetched_at": time.time(), **facts,
@@ -99,9 +99,15 @@ def scrape_one(source: BrokerSource, options: TaskOptions = DEFAULT_TASK) -> pa.
     except Exception as exc:  # never fatal: the source is down this cycle, and says why
         failure = classify(exc)
         status = {"up": False, "reason": failure.reason.value, "detail": failure.detail}
+    return part_batch(source.url, status, parts)
+
+
+def part_batch(source: str, status: Mapping, parts: Sequence[tuple[str, bytes]]
+               ) -> pa.RecordBatch:
+    """A task's result for one body: its status (JSON) and its parts, one row each."""
     rows = [("status", json.dumps(status).encode()), *parts]
     return pa.RecordBatch.from_arrays(
-        [pa.array([source.url] * len(rows)), pa.array([r[0] for r in rows]),
+        [pa.array([source] * len(rows)), pa.array([r[0] for r in rows]),
          pa.array([r[1] for r in rows], pa.binary())], schema=_ARROW_OUT)
 
 

@@ -24,7 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
 from exporter.config.model import Config, TopicFilter
 from exporter.exposition.status import view
-from exporter.pipeline.scrape import PIECE_BYTES, parsed_pieces, tables_of
+from exporter.pipeline.scrape import PIECE_BYTES, parsed_pieces, part_batch, tables_of
 from exporter.pipeline.tables import BrokerData, SourceTables
 from exporter.record.store import RecordedCycle
 from exporter.runtime.cycle import CycleReport, Exporter
@@ -48,11 +48,9 @@ def parse_recorded(rule: TopicFilter,
             stream = pa.CompressedInputStream(pa.BufferReader(body), "zstd")
             pieces = whole_lines(iter(lambda s=stream: s.read(PIECE_BYTES), b""), PIECE_BYTES)
             parts, facts = parsed_pieces(pieces, rule)
-            rows = [("status", json.dumps(facts).encode()), *parts]
+            batch = part_batch(source, facts, parts)
             yield pa.RecordBatch.from_arrays(
-                [pa.array([cycle] * len(rows), pa.int64()), pa.array([source] * len(rows)),
-                 pa.array([r[0] for r in rows]), pa.array([r[1] for r in rows], pa.binary())],
-                schema=_OUT)
+                [pa.array([cycle] * batch.num_rows, pa.int64()), *batch.columns], schema=_OUT)
 
 
 # --- on the driver ---------------------------------------------------------------------------

@@ -265,8 +265,6 @@ class Exporter:
                 exchange.gate.forget(report.participant)
                 continue
             received += 1
-            if self.recorder is not None:
-                self._heard.append(report)
             for entry in from_wire(report):
                 malformed += isinstance(self.decider.accept(entry, now), EntryRejected)
         if inbound.spoofed:
@@ -277,7 +275,9 @@ class Exporter:
                         self.config.resource_group_engine.stale_after)
             exchange.gate.forget(peer)
         sent = bool(round_ and round_.reports and exchange.publish(round_.reports, now))
-        with self._tally_lock:
+        with self._tally_lock:  # _record takes the heard reports under it too
+            if self.recorder is not None:
+                self._heard += [r for r in inbound.admitted if not r.goodbye]
             t = self.tallies
             t.reports_rejected.update(inbound.rejected)
             t.reports_rejected["malformed"] += malformed

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
 from exporter.config.load import parse
 from exporter.config.model import KEEP_ALL, TopicFilter
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
+from exporter.record.replay import SimulatedEvictor
 from exporter.runtime.cycle import Exporter
 from exporter.sources.brokers import FetchFailed, HealthLedger
 from exporter.sources.model import ScrapeError, Snapshot, SourceKind
@@ -65,16 +65,6 @@ class NoAdmin:
         pass
 
 
-class RecordingEvictor:
-    def __init__(self) -> None:
-        self.orders: list[EvictionOrder] = []
-
-    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[Performed, ...]:
-        self.orders += orders
-        return tuple(Performed(o, EvictionMethod.ACKNOWLEDGE, o.messages, Completion.CONFIRMED)
-                     for o in orders)
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 1_800_000_000.0
@@ -94,7 +84,7 @@ def exporter_for(bodies: Sequence[str | None], *, enforce: bool):
             "enforce": enforce,
         },
     }, "cycle.yaml")
-    evictor, clock = RecordingEvictor(), Clock()
+    evictor, clock = SimulatedEvictor(), Clock()
     exporter = Exporter(config, brokers=ScriptedBrokers(bodies), admin_side=NoAdmin(),
                         evictor=evictor, clock=clock)
     return exporter, evictor, clock

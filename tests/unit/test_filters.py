@@ -14,9 +14,10 @@ from exporter.config.model import TopicFilter
 from exporter.exposition.build import Tallies
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import keep, source_tables
+from exporter.record.replay import SimulatedEvictor
 from exporter.runtime.cycle import Exporter
 from tests.harness.pulsar import Metrics
-from tests.unit.test_cycle import URL, Clock, NoAdmin, RecordingEvictor, ScriptedBrokers
+from tests.unit.test_cycle import URL, Clock, NoAdmin, ScriptedBrokers
 
 
 def body(backlogs: dict[str, int]) -> str:
@@ -71,7 +72,7 @@ def _exporter(bodies: list[str], **extra: object) -> tuple[Exporter, Clock]:
     clock = Clock()
     brokers = ScriptedBrokers(bodies, config.filters.topics)
     return Exporter(config, brokers=brokers, admin_side=NoAdmin(),
-                    evictor=RecordingEvictor(), clock=clock), clock
+                    evictor=SimulatedEvictor(), clock=clock), clock
 
 
 def test_max_topics_publishes_those_over_quota_first_then_the_largest_backlogs():
