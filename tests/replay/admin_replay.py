@@ -159,10 +159,13 @@ class AdminReplayServer:
         replay = self
 
         class Handler(BaseHTTPRequestHandler):
+            _counted = False  # this request is in `in_flight`
+
             def log_message(self, *args: object) -> None:  # keep test output quiet
                 pass
 
             def _send(self, status: int, body: bytes) -> None:
+                self._answered()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -173,9 +176,18 @@ class AdminReplayServer:
                 with replay._lock:
                     replay.in_flight += 1
                     replay.max_in_flight = max(replay.max_in_flight, replay.in_flight)
+                self._counted = True
                 try:
                     self._get()
                 finally:
+                    self._answered()
+
+            def _answered(self) -> None:
+                """Leave the in-flight count before the first byte of the answer: once the
+                client has its answer it may send the next request at once, and counting
+                until after the write (as before) saw one fetch worker twice."""
+                if self._counted:
+                    self._counted = False
                     with replay._lock:
                         replay.in_flight -= 1
 
@@ -192,6 +204,7 @@ class AdminReplayServer:
                     target = next((u for p, u in replay._redirects.items()
                                    if path.startswith(p)), None)
                 if target is not None:
+                    self._answered()
                     self.send_response(307)
                     self.send_header("Location", target + self.path)
                     self.send_header("Content-Length", "0")
