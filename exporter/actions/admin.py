@@ -1,14 +1,13 @@
 """Evictions through Apache Pulsar's admin REST: `GET …/stats?getEarliestTimeInBacklog=true`
-to see the subscription, then `POST …/subscription/{sub}/resetcursor/{ms}` or `…/skip/{n}`."""
+to see the subscription, then `POST …/subscription/{sub}/resetcursor/{ms}` or `…/skip/{n}`.
+HTTP (token, TLS, redirects to the owner broker, no proxies) is exporter/adminhttp.py's."""
 
 from __future__ import annotations
 
-import http.client
+import http.client as http_client
 import json
-import logging
 import ssl
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from urllib.parse import quote
 
@@ -23,9 +22,9 @@ from exporter.actions.orders import (
     Performed,
     Skipped,
 )
+from exporter.adminhttp import AdminHttp, CaFileError, TokenFileError
 from exporter.config.model import AdminSource
 
-log = logging.getLogger(__name__)
 _JAVA_INT_MAX = 2**31 - 1  # Pulsar's skip/{numMessages} is a Java int
 
 
@@ -54,54 +53,36 @@ def _http_failure(exc: BaseException, url: str) -> tuple[EvictionFailure, str]:
     return EvictionFailure.OTHER, detail
 
 
-class _KeepMethodRedirect(urllib.request.HTTPRedirectHandler):
-    """Pulsar answers 307 when another broker owns the topic; urllib refuses that for POST."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
-        if code in (307, 308):
-            return urllib.request.Request(newurl, method=req.get_method(),
-                                          headers=dict(req.header_items()))
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
 class AdminEvictor:
     """Evicts through Apache Pulsar's admin REST (`/admin/v2/persistent/...`)."""
 
     def __init__(self, source: AdminSource):
         self._source = source
-        context = None
-        if source.url.startswith("https"):
-            context = ssl.create_default_context(cafile=source.ca_file)
-            if source.insecure_skip_verify:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-        self._opener = urllib.request.build_opener(
-            _KeepMethodRedirect(), urllib.request.HTTPSHandler(context=context))
 
     def perform(self, orders: Sequence[EvictionOrder]) -> tuple[EvictionResult, ...]:
-        return tuple(self._one(order) for order in orders)
+        if not orders:
+            return ()
+        try:  # built per batch: the token is read now, as it may have rotated
+            http = AdminHttp(self._source)
+        except (TokenFileError, CaFileError) as exc:  # ours to fix, like a 401
+            return tuple(EvictionFailed(o, EvictionFailure.OTHER, str(exc)) for o in orders)
+        return tuple(self._one(http, order) for order in orders)
 
-    def _call(self, method: str, url: str) -> bytes:
-        request = urllib.request.Request(url, method=method, headers={"Accept": "application/json"})
-        if self._source.token_file:
-            try:  # read per call: tokens rotate
-                with open(self._source.token_file, encoding="utf-8") as handle:
-                    request.add_header("Authorization", f"Bearer {handle.read().strip()}")
-            except OSError as exc:
-                raise _AdminError(EvictionFailure.OTHER, f"token file: {exc}") from exc
-        try:
-            with self._opener.open(request, timeout=self._source.timeout) as resp:
-                return resp.read()
-        except (OSError, ValueError, http.client.HTTPException) as exc:
-            raise _AdminError(*_http_failure(exc, url)) from exc
-
-    def _one(self, order: EvictionOrder) -> EvictionResult:
+    @staticmethod
+    def _one(http: AdminHttp, order: EvictionOrder) -> EvictionResult:
         tenant, ns, local = order.path
-        base = (f"{self._source.url.rstrip('/')}/admin/v2/persistent/"
+        base = ("/admin/v2/persistent/"
                 f"{quote(tenant, safe='')}/{quote(ns, safe='')}/{quote(local, safe='')}")
-        sub_url = f"{base}/subscription/{quote(order.subscription, safe='')}"
+        sub_path = f"{base}/subscription/{quote(order.subscription, safe='')}"
+
+        def call(method: str, path: str) -> bytes:
+            try:
+                return http.call(method, path)
+            except (OSError, ValueError, http_client.HTTPException) as exc:
+                raise _AdminError(*_http_failure(exc, path)) from exc
+
         try:
-            stats = json.loads(self._call("GET", f"{base}/stats?getEarliestTimeInBacklog=true"))
+            stats = json.loads(call("GET", f"{base}/stats?getEarliestTimeInBacklog=true"))
             sub = (stats.get("subscriptions") or {}).get(order.subscription)
             if not isinstance(sub, dict):
                 return EvictionFailed(order, EvictionFailure.NOT_FOUND,
@@ -115,7 +96,7 @@ class AdminEvictor:
                 return NothingToEvict(order, "no backlog")
             if order.messages is not None:
                 count = min(order.messages, _JAVA_INT_MAX)
-                self._call("POST", f"{sub_url}/skip/{count}")
+                call("POST", f"{sub_path}/skip/{count}")
                 return Performed(order, EvictionMethod.ADMIN_SKIP, min(count, backlog),
                                  Completion.CONFIRMED)
             cut = order.cutoff_ms
@@ -126,7 +107,7 @@ class AdminEvictor:
             elif consumers:  # a reset may move backwards past what they acknowledged
                 return Skipped(order, EvictionFailure.CONSUMER_CONNECTED,
                                "consumers connected and the oldest publish time is unknown")
-            self._call("POST", f"{sub_url}/resetcursor/{cut}")
+            call("POST", f"{sub_path}/resetcursor/{cut}")
             return Performed(order, EvictionMethod.ADMIN_RESET_CURSOR, None, Completion.CONFIRMED)
         except _AdminError as exc:
             return EvictionFailed(order, exc.reason, exc.detail)

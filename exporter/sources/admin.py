@@ -23,26 +23,23 @@ Endpoints (Pulsar's `admin/v2` resources):
   GET /admin/v2/clusters, /admin/v2/brokers/{cluster},
       /admin/v2/brokers/{cluster}/{broker}/ownedNamespaces → {"t/ns/0x…_0x…": {...}}
   Backlog-quota policies: policies.py (on their own period, with the walk's listings).
-Pulsar answers a stats request on a non-owner broker with a 307 to the owner; redirects
-are followed and keep the bearer token. Proxies from the environment are not used.
+HTTP (token, TLS, redirects to the owner broker, no proxies) is exporter/adminhttp.py's.
 `AdminSource.timeout` bounds each request (each socket operation), not the whole walk.
 """
 
 from __future__ import annotations
 
 import json
-import ssl
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
+from exporter.adminhttp import AdminHttp, CaFileError, TokenFileError
 from exporter.config.model import AdminSource
 from exporter.names import partitioned_parent
 from exporter.sources.adminjson import (
@@ -74,36 +71,22 @@ A = TypeVar("A")
 # --- HTTP -----------------------------------------------------------------------------------
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """For broker discovery: a 307 there means "another cluster", not "ask elsewhere"."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
 class _Http:
-    """One fetch's HTTP state: the token and TLS context as they are now."""
+    """One fetch's admin client, its failures classified for the source's counters."""
 
-    def __init__(self, source: AdminSource, token: str | None):
-        self._base = source.url.rstrip("/")
-        self._timeout = source.timeout
-        self._headers = {"Accept": "application/json", "User-Agent": "pulsar-quota-exporter"}
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
-        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
-        if source.url.startswith("https:"):
-            handlers.append(urllib.request.HTTPSHandler(context=_tls_context(source)))
-        self._follow = urllib.request.build_opener(*handlers)
-        self._stay = urllib.request.build_opener(*handlers, _NoRedirect())
+    def __init__(self, source: AdminSource):
+        try:
+            self._http = AdminHttp(source)
+        except TokenFileError as exc:
+            raise FetchFailure(ScrapeError.AUTH, str(exc)) from exc
+        except CaFileError as exc:
+            raise FetchFailure(ScrapeError.TLS, str(exc)) from exc
 
     def get_json(self, path: str, *, elsewhere_ok: bool = False) -> object:
         """GET and decode; a failure is re-raised classified, naming the path. With
         `elsewhere_ok`, redirects are not followed and a 3xx or 404 answer gives None."""
-        request = urllib.request.Request(self._base + path, headers=self._headers)
-        opener = self._stay if elsewhere_ok else self._follow
         try:
-            with opener.open(request, timeout=self._timeout) as resp:
-                return json.loads(resp.read())
+            return json.loads(self._http.call("GET", path, follow=not elsewhere_ok))
         except urllib.error.HTTPError as exc:
             if elsewhere_ok and (300 <= exc.code < 400 or exc.code == 404):
                 return None
@@ -112,30 +95,6 @@ class _Http:
         except Exception as exc:
             failed = classify(exc)
             raise FetchFailure(failed.reason, f"GET {path}: {failed.detail}") from exc
-
-
-def _tls_context(source: AdminSource) -> ssl.SSLContext:
-    try:
-        context = ssl.create_default_context(cafile=source.ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise FetchFailure(ScrapeError.TLS, f"cannot load ca_file {source.ca_file}: {exc}") from exc
-    if source.insecure_skip_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-def _read_token(token_file: str | None) -> str | None:
-    """Read at every fetch, so a rotated token (a re-mounted Secret) is picked up."""
-    if token_file is None:
-        return None
-    try:
-        token = Path(token_file).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise FetchFailure(ScrapeError.AUTH, f"cannot read token_file: {exc}") from exc
-    if not token:
-        raise FetchFailure(ScrapeError.AUTH, f"token_file {token_file} is empty")
-    return token
 
 
 def _q(segment: str) -> str:
@@ -300,7 +259,7 @@ class AdminScraper:
     def fetch(self) -> AdminOutcome:
         """One walk over the cluster; no state is kept."""
         try:
-            http = _Http(self.source, _read_token(self.source.token_file))
+            http = _Http(self.source)
             tenants = strings_of(http.get_json("/admin/v2/tenants"), "tenants")
         except Exception as exc:
             return classify(exc)

@@ -126,6 +126,15 @@ def test_no_token_file_sends_no_authorization(scraper_for):
         assert {s.authorization for s in open_replay.seen} == {None}
 
 
+def test_proxies_from_the_environment_are_not_used(replay, scraper_for, monkeypatch):
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens: a proxied call fails
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    result = scraper_for(replay.url).scrape()
+    assert result.health.up and TOPIC in by_topic(result.snapshot)
+
+
 def test_partitioned_docs_example_is_kept_whole_when_no_partitions_are_listed(replay,
                                                                                scraper_for):
     result = scraper_for(replay.url).scrape()
