@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from exporter.actions.orders import EvictionFailure
+from exporter.engine.quotas import QuotaType
+from exporter.sources.model import ScrapeError
+from exporter.transport.codec import WireReject
+from exporter.transport.gate import PeerReject
+from exporter.transport.pulsarwire import WireError
+from exporter.transport.signing import SignatureReject
+
 
 class MetricType(StrEnum):
     COUNTER = "counter"
@@ -40,19 +48,18 @@ class Unit(StrEnum):
 
 
 # Label values that exist from start, so error counters read 0 rather than being absent.
-QUOTA_TYPES = ("time", "size")
+# Where the code has an enum for a label, the enum is the vocabulary: a reason added there is
+# exported (at 0 from the start) and generated everywhere without a second list to keep.
+def _values(*enums: type[StrEnum]) -> tuple[str, ...]:
+    return tuple(member.value for enum in enums for member in enum)
+
+
+QUOTA_TYPES = _values(QuotaType)
 ENFORCERS = ("broker", "exporter", "none")  # publish.enforcer
-SCRAPE_ERROR_REASONS = (
-    "refused", "timeout", "http_error", "tls", "auth", "malformed", "missing_fields", "other",
-)
-REPORT_REJECT_REASONS = (
-    "malformed", "truncated", "oversized", "unknown_version", "replayed", "spoofed", "too_old",
-    "unsigned", "unknown_key", "bad_signature",
-)
-BROKER_REPORT_REJECT_REASONS = ("truncated", "malformed", "missing_fields", "oversized")
-EVICTION_FAILURE_REASONS = (
-    "no_service_url", "consumer_connected", "not_found", "timeout", "broker_error", "other",
-)
+SCRAPE_ERROR_REASONS = _values(ScrapeError)
+REPORT_REJECT_REASONS = _values(WireReject, PeerReject, SignatureReject)
+BROKER_REPORT_REJECT_REASONS = _values(WireError)
+EVICTION_FAILURE_REASONS = _values(EvictionFailure)
 TOPIC_DROP_REASONS = ("filtered", "max_topics")
 STAGES = ("collect", "pipeline", "engine", "actions", "record", "transport", "publish")
 CHECK_DURATION_BUCKETS = (

@@ -1,6 +1,6 @@
 """What the engine asks the evictors to do, and what they answer: one order per
 subscription cut, one result per order, every reason a closed set counted by value
-(`catalogue.EVICTION_FAILURE_REASONS`)."""
+(the catalogue's vocabulary of the eviction-failure counter is `EvictionFailure`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Protocol
 
-from exporter.catalogue import QUOTA_TYPES
+from exporter.engine.quotas import QuotaType
+
+_QUOTA_TYPES = tuple(q.value for q in QuotaType)
 
 
 class EvictionFailure(StrEnum):
-    """Why an eviction was not performed; values are `catalogue.EVICTION_FAILURE_REASONS`."""
+    """Why an eviction was not performed: the `reason` label values of the failure counter."""
 
     NO_SERVICE_URL = "no_service_url"
     CONSUMER_CONNECTED = "consumer_connected"
@@ -58,8 +60,8 @@ class EvictionOrder:
             raise ValueError(f"not a persistent topic's full name: {self.topic!r}")
         if not self.subscription:
             raise ValueError("empty subscription name")
-        if self.quota_type not in QUOTA_TYPES:
-            raise ValueError(f"quota_type must be one of {QUOTA_TYPES}: {self.quota_type!r}")
+        if self.quota_type not in _QUOTA_TYPES:
+            raise ValueError(f"quota_type must be one of {_QUOTA_TYPES}: {self.quota_type!r}")
         if (self.before_publish_time is None) == (self.messages is None):
             raise ValueError("give exactly one of before_publish_time and messages")
         if self.messages is not None and (

@@ -46,8 +46,8 @@ class QuotaSource(StrEnum):
 class QuotaType(StrEnum):
     """The `quota_type` label of PIP-323's eviction counters; Pulsar's BacklogQuotaType."""
 
-    SIZE = "size"  # destination_storage
     TIME = "time"  # message_age
+    SIZE = "size"  # destination_storage
 
 
 _SPECIFICITY = (QuotaSource.TOPIC, QuotaSource.NAMESPACE, QuotaSource.DEFAULT)

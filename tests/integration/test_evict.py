@@ -29,7 +29,6 @@ from exporter.actions.orders import (
     Performed,
     Skipped,
 )
-from exporter.catalogue import EVICTION_FAILURE_REASONS
 from exporter.config.model import AdminSource, BrokerSource, Config, Sources
 from tests.harness.loopback import LoopbackHTTP
 from tests.harness.pulsar import PulsarLite, pulsar_lite_fixture
@@ -167,10 +166,6 @@ def test_broker_down_fails_within_the_timeout(tmp_path: Path) -> None:
 
 
 # --- wiring and orders ------------------------------------------------------------
-
-
-def test_failure_reasons_are_the_catalogues() -> None:
-    assert tuple(EvictionFailure) == EVICTION_FAILURE_REASONS
 
 
 def test_evictor_for_picks_admin_then_binary_then_nothing() -> None:
