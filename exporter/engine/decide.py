@@ -80,6 +80,21 @@ def _messages_per_entry(subs: list[tuple[str, float]], backlog_bytes: float | No
     return max(1.0, backlog_bytes / avg_message_bytes / slowest)
 
 
+def _average_size(published: int | None, bytes_in: float | None,
+                  subs: list[tuple[str, float]], backlog_bytes: float | None) -> float | None:
+    """Bytes per message: the topic's counters', else the slowest subscription's backlog
+    bytes (`pulsar_storage_backlog_size`) over its backlog. A broker that loads a topic
+    again (after a restart, or with its bundle) starts its counters at 0: without the
+    second, an idle topic's backlog size, and its size quota, would be unknown until
+    something is published again, where Pulsar itself checks its backlog size."""
+    if published and bytes_in:
+        return bytes_in / published
+    slowest = max((b for _, b in subs), default=0.0)
+    if backlog_bytes and math.isfinite(backlog_bytes) and backlog_bytes > 0 and slowest > 0:
+        return backlog_bytes / slowest
+    return None
+
+
 class Decider:
     """Stateful across cycles; `decide` is called once per cycle from the check loop."""
 
@@ -128,7 +143,7 @@ class Decider:
         if precise is None and broker_age is not None:
             backlogged = [(-b, n) for n, b in subs if b > 0]
             slowest = min(backlogged)[1] if backlogged else None
-        avg = (bytes_in / published) if published and bytes_in else None
+        avg = _average_size(published, bytes_in, subs, backlog_bytes)
         per_entry = _messages_per_entry(subs, backlog_bytes, avg)
         states = []
         for name, backlog in subs:

@@ -106,6 +106,24 @@ def test_dry_run_decides_and_counts_but_evicts_nothing():
                   quota_type="size") == 1
 
 
+def test_a_reloaded_topic_sizes_its_backlog_from_the_brokers_backlog_size():
+    """A broker that loads a topic again (restart, bundle move) starts its counters at 0:
+    the slowest subscription's backlog bytes over its backlog give the message size, so
+    the size quota is still checked, as the broker checks its backlog size."""
+    labels = 'cluster="pulsar",namespace="public/sized",topic="persistent://public/sized/t"'
+    reloaded = (f"pulsar_in_messages_total{{{labels}}} 0\n"
+                f"pulsar_in_bytes_total{{{labels}}} 0\n"
+                f"pulsar_storage_backlog_size{{{labels}}} 50000\n"
+                f'pulsar_subscription_back_log{{{labels},subscription="stalled"}} 50\n'
+                f'pulsar_subscription_back_log{{{labels},subscription="near"}} 5\n')
+    exporter, _, _ = exporter_for([reloaded], enforce=False)
+    report = exporter.cycle()
+    (topic,) = report.status["topics"]
+    assert topic["exceeded"] == ["size"]
+    assert sample(report, "pulsar_storage_backlog_size", topic=TOPIC) == 50000
+    assert [(e["subscription"], e["messages"]) for e in topic["evict"]] == [("stalled", 30)]
+
+
 def test_enforcing_evicts_down_to_the_limit_and_counts_once():
     exporter, evictor, _ = exporter_for([body(50)], enforce=True)
     report = exporter.cycle()
