@@ -188,12 +188,14 @@ SOURCE_NAMESPACES = pa.schema([
     ("topics", _F),  # pulsar_topics_count
     *[f for f in TOPICS if f.name not in ("topic", "namespace", "source", *TOPIC_ONLY)],
 ])
-# One row: the broker-wide pulsar_lb_* gauges (null when the body has none), and whether
-# the body printed only OpenTelemetry families (pipeline/otel.py): a broker's second
-# exposition, which merge.py uses for topic values only, never as a broker of its own.
+# One row: the broker-wide pulsar_lb_* gauges (null when the body has none), the process
+# start time (epoch seconds, null when absent), and whether the body printed only
+# OpenTelemetry families (pipeline/otel.py): a broker's second exposition, which merge.py
+# uses for topic values only, never as a broker of its own.
 SOURCE_USAGE = pa.schema([
     ("cluster", _S),
     *[f for f in BROKERS if f.name.endswith("_percent")],
+    ("started_at", _F),
     ("otel_only", pa.bool_()),
 ])
 

@@ -84,13 +84,16 @@ NAMESPACE_FAMILIES: dict[str, str] = {
     "pulsar_topics_count": "topics"}
 # Broker-wide: Apache Pulsar's load-manager resource usage, percent of each limit
 # (`ResourceUsage.percentUsage()`), labelled {cluster, broker=<advertised host>,
-# metric="loadBalancing"}. pulsar-lite has none of them.
+# metric="loadBalancing"} (pulsar-lite has none of them), and the process start time.
 BROKER_FAMILIES: dict[str, str] = {
     "pulsar_lb_cpu_usage": "cpu_percent",
     "pulsar_lb_memory_usage": "memory_percent",
     "pulsar_lb_directMemory_usage": "direct_memory_percent",
     "pulsar_lb_bandwidth_in_usage": "bandwidth_in_percent",
     "pulsar_lb_bandwidth_out_usage": "bandwidth_out_percent",
+    # The process collector's start time (Pulsar's and pulsar-lite's alike): a broker that
+    # restarted between two cycles shows a new one (pipeline/lastgood.py).
+    "process_start_time_seconds": "started_at",
 }
 FAMILIES: tuple[str, ...] = tuple(sorted(
     set(SUBSCRIPTION_FAMILIES) | set(TOPIC_FAMILIES) | set(NAMESPACE_FAMILIES)

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from exporter.config.model import KEEP_ALL, BrokerSource, TopicFilter
+from exporter.pipeline.lastgood import LastGood
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
 from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream, whole_lines
@@ -169,7 +170,8 @@ def _no_rows() -> pa.Table:
 
 class BrokerScrape:
     """Runs the job every cycle and keeps what the driver must remember per broker: its
-    last good tables and its health ledger."""
+    last good tables (and a restarted broker's held topics: lastgood.py) and its health
+    ledger."""
 
     def __init__(self, sources: Sequence[BrokerSource], job: Callable[[], pa.Table],
                  clock: Callable[[], float] = time.time):
@@ -180,7 +182,7 @@ class BrokerScrape:
         self._job = job
         self._clock = clock
         self._ledgers = {u: HealthLedger(u, SourceKind.BROKER) for u in urls}
-        self._last_good: dict[str, SourceTables] = {}
+        self._last_good = LastGood()
 
     def run(self) -> BrokerData:
         """One job; when the job itself fails (executors lost, cancelled), every broker is
@@ -194,22 +196,23 @@ class BrokerScrape:
             job_failure = f"the cycle's Spark job failed: {classify(exc).detail}"
         for row in rows:
             by_source.setdefault(row["source"], {})[row["part"]] = row["payload"]
-        malformed = {}
+        fresh: dict[str, SourceTables] = {}
         for source in self._sources:
-            fresh = self._take(source, by_source.get(source.url, {}), job_failure)
-            if fresh is not None:
-                malformed[source.url] = fresh
+            tables = self._take(source, by_source.get(source.url, {}), job_failure)
+            if tables is not None:
+                fresh[source.url] = tables
+        self._last_good.update(fresh, failed=[s.url for s in self._sources
+                                              if s.url not in fresh])
         return BrokerData(
-            tables=tuple((s.url, self._last_good[s.url]) for s in self._sources
-                         if s.url in self._last_good),
+            tables=self._last_good.tables([s.url for s in self._sources]),
             health=tuple(self._ledgers[s.url].health() for s in self._sources),
-            malformed=malformed,
+            malformed={url: t.malformed for url, t in fresh.items()},
             bodies={url: parts["body"] for url, parts in by_source.items() if "body" in parts},
         )
 
     def _take(self, source: BrokerSource, parts: dict[str, bytes],
-              job_failure: str | None) -> Mapping[str, int] | None:
-        """Record one broker's outcome; its skipped lines when it was fetched afresh."""
+              job_failure: str | None) -> SourceTables | None:
+        """Record one broker's outcome; its tables when it was fetched afresh."""
         ledger = self._ledgers[source.url]
         status = json.loads(parts["status"]) if "status" in parts else {
             "up": False, "reason": ScrapeError.OTHER.value,
@@ -218,6 +221,5 @@ class BrokerScrape:
             failure = FetchFailed(ScrapeError(status["reason"]), status["detail"])
             ledger.record(up=False, at=self._clock(), errors=(failure,))
             return None
-        self._last_good[source.url] = tables_of(parts, status)
         ledger.record(up=True, at=self._clock())
-        return status["malformed"]
+        return tables_of(parts, status)

@@ -59,6 +59,7 @@ FROM_SUBSCRIPTIONS = {
 }
 _TOPIC_COLUMNS = list(dict.fromkeys(TOPIC_FAMILIES.values()))
 _OTEL_CODES = pa.array([FAMILIES.index(f) for f in OTEL_TOPIC_FAMILIES], pa.int32())
+_STARTED_CODE = pa.scalar(FAMILIES.index("process_start_time_seconds"), pa.int32())
 _F = pa.float64()
 _S = pa.string()
 
@@ -118,8 +119,10 @@ def source_tables(parts: Sequence[Parsed], rule: TopicFilter = KEEP_ALL) -> Sour
         for reason, lines in part.malformed.items():
             malformed[reason.value] += lines
     malformed[MalformedReason.UNKEYED_TOPIC.value] += unkeyed(samples)
-    otel = pc.is_in(samples["family"], _OTEL_CODES)
-    otel_only = bool(pc.all(otel).as_py()) and samples.num_rows > 0
+    # OpenTelemetry only: every sample but the process start time (any exposition may
+    # print that one) is of an OpenTelemetry family.
+    rest = samples.filter(pc.not_equal(samples["family"], _STARTED_CODE))
+    otel_only = rest.num_rows > 0 and bool(pc.all(pc.is_in(rest["family"], _OTEL_CODES)).as_py())
     samples = entity_samples(samples)
     subscriptions = _subscriptions(_level(samples, Level.SUBSCRIPTION))
     topics = _topics(_level(samples, Level.TOPIC), subscriptions)

@@ -24,6 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
 from exporter.config.model import Config, TopicFilter
 from exporter.exposition.status import view
+from exporter.pipeline.lastgood import LastGood
 from exporter.pipeline.scrape import PIECE_BYTES, parsed_pieces, part_batch, tables_of
 from exporter.pipeline.tables import BrokerData, SourceTables
 from exporter.record.store import RecordedCycle
@@ -73,27 +74,24 @@ def parse_all(cycles: Sequence[RecordedCycle], rule: TopicFilter,
 
 class ReplayBrokers:
     """The broker side of each replayed cycle: the recorded health, the tables parsed by
-    the batch job, and a broker's last good tables where its fetch had failed (as live)."""
+    the batch job, and a broker's last good tables where its fetch had failed and its held
+    topics after it came back (lastgood.py, as live)."""
 
     def __init__(self, cycles: Sequence[RecordedCycle],
                  tables: Mapping[tuple[int, str], SourceTables]):
         self._cycles = cycles
         self._tables = tables
-        self._last_good: dict[str, SourceTables] = {}
+        self._last_good = LastGood()
         self.index = -1
 
     def run(self) -> BrokerData:
         cycle = self._cycles[self.index]
-        malformed = {}
-        for url in cycle.bodies:
-            fresh = self._tables.get((self.index, url))
-            if fresh is not None:
-                self._last_good[url] = fresh
-                malformed[url] = fresh.malformed
+        fresh = {url: t for url in cycle.bodies
+                 if (t := self._tables.get((self.index, url))) is not None}
         urls = [h.source for h in cycle.broker_health]
-        return BrokerData(tables=tuple((u, self._last_good[u]) for u in urls
-                                       if u in self._last_good),
-                          health=cycle.broker_health, malformed=malformed)
+        self._last_good.update(fresh, failed=[u for u in urls if u not in fresh])
+        return BrokerData(tables=self._last_good.tables(urls), health=cycle.broker_health,
+                          malformed={url: t.malformed for url, t in fresh.items()})
 
 
 class RecordedAdmin:

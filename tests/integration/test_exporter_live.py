@@ -15,6 +15,7 @@ import pytest
 from exporter.config.load import parse
 from exporter.config.model import BacklogQuota, RetentionPolicy
 from exporter.demo.embedded import EmbeddedBroker
+from exporter.pipeline.lastgood import HOLD_CYCLES
 from exporter.runtime.cycle import Exporter
 from tests.harness.wait import poll
 
@@ -153,6 +154,39 @@ def test_broker_restart_keeps_last_metrics_marks_source_down_and_recovers(broker
         up = exporter.cycle()
         assert _sample(up.body, "pulsar_quota_exporter_source_up") == 1
         assert _sample(up.body, "pulsar_storage_backlog_quota_limit_time", topic=TOPIC) == 3600
+    finally:
+        exporter.close()
+
+
+def test_a_restart_between_cycles_holds_the_topics_the_broker_has_not_reloaded(broker):
+    """Stopped and started between two cycles (the exporter never sees it down): pulsar-lite
+    reloads a topic only when a client comes back to it, so its /metrics lacks the stalled
+    topic. The exporter holds its last values for HOLD_CYCLES cycles (its process start time
+    changed), then lets it go; a client's return brings it back fresh."""
+    _stall(broker, 5)
+    _wait_backlog(broker, 5)
+    exporter = Exporter(_config(broker, enforce=False, limit_time="1h"))
+
+    def backlog(report) -> float | None:
+        return next((t["backlog_messages"] for t in report.status["topics"]
+                     if t["topic"] == TOPIC), None)
+
+    try:
+        assert backlog(exporter.cycle()) == 5
+        broker.stop()
+        broker.start()
+        assert _broker_backlog(broker, "stalled-sub") is None  # not reloaded: nobody asked
+        for _ in range(HOLD_CYCLES):
+            held = exporter.cycle()
+            assert _sample(held.body, "pulsar_quota_exporter_source_up") == 1
+            assert backlog(held) == 5
+            assert _sample(held.body, "pulsar_storage_backlog_quota_limit_time",
+                           topic=TOPIC) == 3600
+        assert _broker_backlog(broker, "stalled-sub") is None
+        assert backlog(exporter.cycle()) is None  # still unlisted: no longer held
+        _stall(broker, 0)  # a client comes back: the broker loads the topic
+        _wait_backlog(broker, 5)
+        assert backlog(exporter.cycle()) == 5
     finally:
         exporter.close()
 

@@ -1,0 +1,103 @@
+"""A broker's last good tables and the hold-over of a restarted broker's topics
+(exporter/pipeline/lastgood.py), on tables the product parses from hand-written bodies in
+pulsar-lite's shape, each with the process collector's start time."""
+
+from __future__ import annotations
+
+from exporter.pipeline.lastgood import HOLD_CYCLES, LastGood, started_at
+from exporter.pipeline.parse import parse_text
+from exporter.pipeline.tables import SourceTables, source_tables
+from tests.harness.fixtures import FIXTURES
+
+A, B = "http://broker-a:8080/metrics", "http://broker-b:8080/metrics"
+
+
+def tables(started: float, **backlogs: int) -> SourceTables:
+    """A body listing topic → its stalled subscription's backlog, in namespace public/x."""
+    lines = [f"process_start_time_seconds {started}"]
+    for topic, backlog in backlogs.items():
+        labels = f'cluster="c",namespace="public/x",topic="{topic}"'
+        lines += [f"pulsar_in_messages_total{{{labels}}} {backlog}",
+                  f'pulsar_subscription_back_log{{{labels},subscription="s"}} {backlog}']
+    return source_tables([parse_text("\n".join(lines).encode() + b"\n")])
+
+
+def listed(last: LastGood, url: str = A) -> dict[str, int]:
+    """topic (local name) → the subscription backlog the merge would see."""
+    ((_, t),) = last.tables([url])
+    subs = {r["topic"]: r for r in t.subscriptions.to_pylist()}
+    assert set(subs) == {r["topic"] for r in t.topics.to_pylist()}  # subscriptions come along
+    return {topic.rsplit("/", 1)[1]: int(r["backlog_messages"]) for topic, r in subs.items()}
+
+
+def test_the_start_time_is_read_from_apache_pulsars_own_body():
+    body = (FIXTURES / "apache-pulsar-4.0-metrics.txt").read_bytes()
+    assert started_at(source_tables([parse_text(body)])) == 1.795465990555e9
+
+
+def test_a_broker_back_from_a_failed_fetch_holds_what_it_no_longer_lists():
+    last = LastGood()
+    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
+    last.update({}, failed=[A])
+    assert listed(last) == {"t1": 5, "t2": 7}  # down: the last good tables stay
+    last.update({A: tables(200.0, t1=6)}, failed=())
+    assert listed(last) == {"t1": 6, "t2": 7}  # t1 fresh, t2 held at its last value
+    for _ in range(HOLD_CYCLES - 1):
+        last.update({A: tables(200.0, t1=6)}, failed=())
+        assert listed(last) == {"t1": 6, "t2": 7}
+    last.update({A: tables(200.0, t1=6)}, failed=())
+    assert listed(last) == {"t1": 6}  # never listed again: no longer held
+
+
+def test_a_restart_between_two_cycles_is_seen_in_the_start_time():
+    last = LastGood()
+    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
+    last.update({A: tables(150.0, t1=5)}, failed=())
+    assert listed(last) == {"t1": 5, "t2": 7}
+
+
+def test_a_topic_gone_from_a_broker_that_did_not_restart_goes_at_once():
+    last = LastGood()
+    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
+    last.update({A: tables(100.0, t1=5)}, failed=())
+    assert listed(last) == {"t1": 5}  # deleted: its series go at the first cycle without it
+
+
+def test_a_held_topic_listed_again_is_fresh_and_the_hold_ends():
+    last = LastGood()
+    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
+    last.update({A: tables(150.0, t1=5)}, failed=())
+    last.update({A: tables(150.0, t1=5, t2=9)}, failed=())
+    assert listed(last) == {"t1": 5, "t2": 9}
+    last.update({A: tables(150.0, t1=5)}, failed=())
+    assert listed(last) == {"t1": 5}  # the hold ended when t2 came back: not held again
+
+
+def test_a_topic_another_broker_lists_now_is_not_held():
+    """It moved with its bundle: the stale row's larger counters must not win the merge."""
+    last = LastGood()
+    last.update({A: tables(100.0, t1=5, t2=7), B: tables(100.0)}, failed=())
+    last.update({A: tables(150.0, t1=5), B: tables(100.0, t2=1)}, failed=())
+    assert listed(last, A) == {"t1": 5}
+    assert listed(last, B) == {"t2": 1}
+
+
+def test_a_broker_down_again_during_a_hold_keeps_the_held_topics():
+    last = LastGood()
+    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
+    last.update({A: tables(150.0, t1=5)}, failed=())
+    last.update({}, failed=[A])
+    assert listed(last) == {"t1": 5, "t2": 7}
+    last.update({A: tables(300.0)}, failed=())
+    assert listed(last) == {"t1": 5, "t2": 7}  # back again: both held, a fresh count
+
+
+def test_no_start_time_and_no_failure_holds_nothing():
+    last = LastGood()
+    plain = tables(100.0, t1=5, t2=7)
+    without = source_tables([parse_text(
+        b'pulsar_subscription_back_log{namespace="public/x",topic="t1",subscription="s"} 5\n')])
+    assert started_at(without) is None
+    last.update({A: plain}, failed=())
+    last.update({A: without}, failed=())
+    assert listed(last) == {"t1": 5}
