@@ -154,10 +154,13 @@ def test_stalled_backlog_pages_over_its_time_quota_and_resolves_after_catch_up(
     # It crossed the quota after the stall began and stayed over it for the rule's `for`
     # (Prometheus sends startsAt = when the alert went from pending to firing).
     assert _timestamp(alert["startsAt"]) >= work.stalled_at + _seconds(rule["for"]) - 1.0
-    [limit] = prometheus.instant(f'pulsar_storage_backlog_quota_limit_time{{topic="{topic}"}}')
+    # Instant queries over a range a failed scrape cannot empty (Prometheus scrapes each
+    # second with a 1 s timeout; a scrape that times out marks every series stale).
+    [limit] = prometheus.instant(
+        f'last_over_time(pulsar_storage_backlog_quota_limit_time{{topic="{topic}"}}[30s])')
     assert float(limit["value"][1]) == work.time_limit_seconds
-    over = prometheus.instant(
-        f'pulsar_storage_backlog_age_seconds{{topic="{topic}"}} >= {work.time_limit_seconds}')
+    over = prometheus.instant(f'max_over_time(pulsar_storage_backlog_age_seconds'
+                              f'{{topic="{topic}"}}[30s]) >= {work.time_limit_seconds}')
     assert len(over) == 1
 
     # The consumer catches up: everything is acknowledged and the page resolves.

@@ -238,10 +238,11 @@ def _settle(scenario: Scenario) -> None:
 
 def test_both_sources_are_read_and_up(scenario: Scenario) -> None:
     prometheus = scenario.prometheus
-    up = poll(lambda: prometheus.instant("pulsar_quota_exporter_source_up == 1"), timeout=60,
-              what="sources up in Prometheus")
-    sources = {s["metric"]["source"] for s in up}
-    assert sources == {scenario.broker.metrics_url, scenario.replay.url}
+    expected = {scenario.broker.metrics_url, scenario.replay.url}
+    poll(lambda: {s["metric"]["source"]
+                  for s in prometheus.instant("pulsar_quota_exporter_source_up == 1")},
+         "both sources up in Prometheus in the same cycle", timeout=60,
+         until=lambda sources: sources == expected)
     assert scenario.replay.requests >= 1
     malformed = prometheus.instant(
         f'pulsar_quota_exporter_source_malformed_lines_total{{source="{scenario.replay.url}"}}')

@@ -20,5 +20,6 @@ def test_prometheus_reads_the_exporter_as_openmetrics(scenario: Scenario) -> Non
     assert families.get("pulsar_storage_backlog_quota_exceeded_evictions") == "counter"
     assert "pulsar_storage_backlog_quota_exceeded_evictions_total" not in families
     assert families.get("pulsar_quota_exporter_build") == "info"
-    up = prometheus.instant(f'up{{job="{job}"}}')
-    assert up and all(s["value"][1] == "1" for s in up)
+    # One scrape past the 1 s timeout reads 0: wait for a good one rather than sample one.
+    poll(lambda: prometheus.instant(f'up{{job="{job}"}} == 1'), f"{job} scraped with up 1",
+         timeout=30)
