@@ -82,10 +82,12 @@ class LastGood:
                 self._held[url] = _Held(before, HOLD_CYCLES)
             self._tables[url] = tables
             self._failed.discard(url)
-        listed = pa.concat_arrays([t.topics["topic"].combine_chunks() for t in fresh.values()]) \
-            if fresh else pa.array([], pa.string())
-        for url in [u for u in self._held if u in fresh]:
-            self._hold(url, fresh[url], listed)
+        holding = [u for u in self._held if u in fresh]
+        if holding:  # every topic any broker lists now, built only while something is held
+            listed = pa.concat_arrays([t.topics["topic"].combine_chunks()
+                                       for t in fresh.values()])
+            for url in holding:
+                self._hold(url, fresh[url], listed)
 
     def _hold(self, url: str, tables: SourceTables, listed: pa.Array) -> None:
         held = self._held[url]
