@@ -63,9 +63,21 @@ def _ready(sender: UsageChannel, *receivers: UsageChannel, timeout: float = 10.0
 
     poll(everyone_heard, "every receiver hears the sender", timeout, interval=0.1,
          show=lambda: f"heard: {heard}")
-    time.sleep(0.1)  # the last probes in flight
-    for channel in (sender, *receivers):
-        channel.drain()
+
+    def fenced() -> bool:
+        """A last message every reader, the sender's own included, reads through: a
+        reader gets one producer's messages in order, so no probe is still to come after
+        it. Sent again if a reader missed it (a drop is gone for good, never late)."""
+        fence = f"fence-{uuid.uuid4().hex}".encode()
+        assert sender.send(fence) == Sent()
+        pending = [sender, *receivers]
+        deadline = time.monotonic() + 2.0
+        while pending and time.monotonic() < deadline:
+            pending = [c for c in pending if fence not in c.drain()]
+            time.sleep(0.02)
+        return not pending
+
+    poll(fenced, "every channel reads past the probes", timeout, interval=0)
 
 
 @pytest.fixture
