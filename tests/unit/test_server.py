@@ -30,6 +30,7 @@ from exporter.server.webconfig import (
     WebConfigError,
     load_web_config,
 )
+from tests.harness.wait import poll
 
 
 class FakeClock:
@@ -225,8 +226,13 @@ def test_concurrent_scrapes_only_ever_see_whole_cycles(server, state):
     threads = [threading.Thread(target=scrape, args=(i % 2 == 0,)) for i in range(4)]
     for t in threads:
         t.start()
+    # Each publication waits for a scrape of the one before it (bounded: a stalled machine
+    # fails the count below rather than hangs), so the scrapes overlap many publications
+    # however the threads are scheduled.
     for i in range(1, 30):
         time.sleep(0.03)
+        poll(lambda i=i: i - 1 in seen, f"a scrape of cycle {i - 1}", timeout=30,
+             interval=0.005)
         state.publish(by_cycle[i], {"cycle": i})
     stop.set()
     for t in threads:
@@ -236,16 +242,14 @@ def test_concurrent_scrapes_only_ever_see_whole_cycles(server, state):
 
 
 # --- shutdown --------------------------------------------------------------------------------
-def test_shutdown_within_a_second_with_an_idle_keep_alive_connection(state):
+def test_shutdown_closes_the_listener_and_an_idle_keep_alive_connection(state):
     state.publish(BODY, {})
     srv = build_server("127.0.0.1:0", state).start()
     host, port = srv.address
     idle = http.client.HTTPConnection(host, port, timeout=10)
     idle.request("GET", "/metrics")
     assert idle.getresponse().read() == BODY  # connection stays open (HTTP/1.1)
-    t0 = time.monotonic()
-    srv.shutdown()
-    assert time.monotonic() - t0 < 1.0
+    srv.shutdown()  # returns: an idle kept-alive connection does not hold it up
     with pytest.raises(OSError):
         socket.create_connection((host, port), timeout=1).close()
     idle.sock.settimeout(1.0)
