@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyspark
 
-from exporter.demo.embedded import free_port
+from exporter.demo.embedded import free_ports
 from tests.harness.wait import poll
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -86,7 +86,7 @@ def start(workdir: Path, *, cores: int = 2, memory: str = "1g",
     if shutil.which("unshare") is None:
         raise SparkClusterFailed("`unshare` (util-linux) is needed for the worker's private /tmp")
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    port, ui_port, worker_ui = free_port(), free_port(), free_port()
+    port, ui_port, worker_ui = free_ports(3)  # three distinct ports
     master_url = f"spark://127.0.0.1:{port}"
     workdir.mkdir(parents=True, exist_ok=True)
     master_log, worker_log = workdir / "master.log", workdir / "worker.log"

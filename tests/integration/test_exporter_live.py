@@ -147,7 +147,7 @@ def test_broker_restart_keeps_last_metrics_marks_source_down_and_recovers(broker
         assert _sample(down.body, "pulsar_storage_backlog_quota_limit_time", topic=TOPIC) == 3600
         assert re.search(rb"pulsar_quota_exporter_source_staleness_seconds\{[^}]*\} ",
                          down.body)
-        broker.start()
+        broker.restart()  # stopped already: started on the same ports, retried
         # pulsar-lite loads topics lazily after a restart: attach once so it reports it again
         _stall(broker, 0)
         _wait_backlog(broker, 5)
@@ -173,8 +173,7 @@ def test_a_restart_between_cycles_holds_the_topics_the_broker_has_not_reloaded(b
 
     try:
         assert backlog(exporter.cycle()) == 5
-        broker.stop()
-        broker.start()
+        broker.restart()  # same ports, retried while the old listener lingers
         assert _broker_backlog(broker, "stalled-sub") is None  # not reloaded: nobody asked
         for _ in range(HOLD_CYCLES):
             held = exporter.cycle()
