@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config.load import parse
+from exporter.config.model import Config
 from exporter.pipeline.lastgood import HOLD_CYCLES
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.cycle import CycleReport, Exporter
@@ -52,25 +53,34 @@ def _sources(report: CycleReport, server: Server) -> dict[str, dict]:
             for url, s in served.items()}
 
 
+def _backlogged(broker: ApachePulsar, prefix: str, name: str, messages: int) -> str:
+    """A new namespace's topic with a subscription `messages` of 500 bytes behind."""
+    topic = f"persistent://{broker.create_namespace(prefix)}/{name}"
+    broker.create_subscription(topic, name)
+    broker.produce(topic, messages, 500)
+    poll(lambda: (broker.metrics().value(BACKLOG, topic=topic) or 0) > 0,
+         f"{topic}: the broker's /metrics shows its backlog")
+    return topic
+
+
+def _exporter(broker: ApachePulsar, *, admin: bool) -> tuple[Config, Exporter]:
+    sources: dict = {"brokers": [{"url": broker.metrics_url, "timeout": "5s"}]}
+    if admin:
+        sources["admin"] = {"url": broker.web_url, "timeout": "5s"}
+    config = parse({"cluster": broker.cluster, "check_interval": "5s", "sources": sources},
+                   "outage.yaml")
+    brokers = config.sources.brokers
+    return config, Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)))
+
+
 def test_broker_outage_keeps_last_metrics_marks_sources_down_and_recovers_next_cycle(
         broker: ApachePulsar, tmp_path: Path) -> None:
     """Cycle with data; stop the broker: the topic's backlog series stays (last good data),
     both sources are down with reason refused, in /metrics and /api/v1/status. Restart it
     on the same ports: the first cycle after the broker is ready has both sources up, and
     the topic's series never leaves, though the broker reloads it lazily."""
-    namespace = broker.create_namespace("outage")
-    topic = f"persistent://{namespace}/stalled"
-    broker.create_subscription(topic, "stalled")
-    broker.produce(topic, 20, 500)
-    poll(lambda: (broker.metrics().value(BACKLOG, topic=topic) or 0) > 0,
-         f"{topic}: the broker's /metrics shows its backlog")
-
-    config = parse({"cluster": broker.cluster, "check_interval": "5s",
-                    "sources": {"brokers": [{"url": broker.metrics_url, "timeout": "5s"}],
-                                "admin": {"url": broker.web_url, "timeout": "5s"}}},
-                   "outage.yaml")
-    sources = config.sources.brokers
-    exporter = Exporter(config, brokers=BrokerScrape(sources, in_process(sources)))
+    topic = _backlogged(broker, "outage", "stalled", 20)
+    config, exporter = _exporter(broker, admin=True)
     server = build_server("127.0.0.1:0", exporter.state).start()
     urls = {broker.metrics_url, broker.web_url}
     try:
@@ -135,17 +145,8 @@ def test_a_restart_between_cycles_holds_what_the_broker_has_not_reloaded(
     exporter, which never saw the broker down, holds the idle topic's last values for
     HOLD_CYCLES cycles (the broker's process start time changed), then lets it go. An admin
     stats call loads the topic, and its series comes back fresh."""
-    namespace = broker.create_namespace("restart")
-    topic = f"persistent://{namespace}/idle"
-    broker.create_subscription(topic, "idle")
-    broker.produce(topic, 10, 500)
-    poll(lambda: (broker.metrics().value(BACKLOG, topic=topic) or 0) > 0,
-         f"{topic}: the broker's /metrics shows its backlog")
-    config = parse({"cluster": broker.cluster, "check_interval": "5s",
-                    "sources": {"brokers": [{"url": broker.metrics_url, "timeout": "5s"}]}},
-                   "restart.yaml")
-    sources = config.sources.brokers
-    exporter = Exporter(config, brokers=BrokerScrape(sources, in_process(sources)))
+    topic = _backlogged(broker, "restart", "idle", 10)
+    _, exporter = _exporter(broker, admin=False)
 
     def published(report: CycleReport) -> float | None:
         return Metrics(report.body.decode()).value(BACKLOG, topic=topic)
