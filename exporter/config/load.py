@@ -93,6 +93,8 @@ def load(path: str | os.PathLike[str], *, expand: bool = False) -> Config:
     except ValueError as e:  # PyYAML's int() of 4,300 digits and more, a date like 2001-13-45
         raise ConfigError([f"{filename}: not valid YAML: a value cannot be read: "
                            f"{str(e)[:120]}"]) from None
+    except RecursionError:  # PyYAML's parser recurses once per level
+        raise ConfigError([f"{filename}: not valid YAML: nested too deeply"]) from None
     finally:
         loader.dispose()
     errors = [

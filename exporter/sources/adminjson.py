@@ -19,6 +19,12 @@ from exporter.sources.model import (
     TopicStats,
 )
 
+# Every number in Pulsar's stats is a Java long (or a double of that order): anything past
+# its range did not come from a broker.
+_JAVA_LONG = 2**63
+# No message is older than the Unix epoch: an age past a century is not an age.
+MAX_AGE_SECONDS = 100 * 365 * 86400
+
 
 def _number(doc: Mapping, key: str, where: str, *, required: bool) -> float | None:
     if doc.get(key) is None:
@@ -26,9 +32,16 @@ def _number(doc: Mapping, key: str, where: str, *, required: bool) -> float | No
             raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{where}: missing {key!r}")
         return None
     value = doc[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: {key!r} is not a number: {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or abs(value) >= _JAVA_LONG:
+        raise FetchFailure(ScrapeError.MALFORMED,
+                           f"{where}: {key!r} is not a number: {_short(value)}")
     return value
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _int(doc: Mapping, key: str, where: str, *, required: bool = False) -> int | None:
@@ -80,6 +93,9 @@ def topic_stats_from_json(topic: str, doc: object) -> TopicStats:
         raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{topic}: missing 'subscriptions'")
     subs = object_of(subs, f"{topic} subscriptions")
     age = _number(stats, "oldestBacklogMessageAgeSeconds", topic, required=False)
+    if age is not None and age > MAX_AGE_SECONDS:
+        raise FetchFailure(ScrapeError.MALFORMED,
+                           f"{topic}: 'oldestBacklogMessageAgeSeconds' {age:g} is no age")
     oldest_sub = stats.get("oldestBacklogMessageSubscriptionName")
     known_age = age is not None and age >= 0
     return TopicStats(

@@ -78,7 +78,8 @@ def classify(exc: BaseException) -> FetchFailed:
         return FetchFailed(ScrapeError.TLS, detail)
     if isinstance(exc, http.client.IncompleteRead):
         return FetchFailed(ScrapeError.MALFORMED, f"truncated body: {detail}")
-    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | zlib.error):
+    # RecursionError: JSON nested deeper than the decoder recurses, which no broker sends
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | zlib.error | RecursionError):
         return FetchFailed(ScrapeError.MALFORMED, detail)
     return FetchFailed(ScrapeError.OTHER, detail)
 

@@ -43,14 +43,16 @@ import pytest
 
 from exporter.cli import main
 from exporter.config.load import ConfigError, load, parse
-from exporter.config.model import BrokerSource
+from exporter.config.model import AdminSource, BrokerSource
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.scrape import BrokerScrape, in_process
+from exporter.sources.admin import AdminScraper
 from exporter.sources.adminjson import topic_stats_from_json
-from exporter.sources.brokers import FetchFailure
+from exporter.sources.brokers import FetchFailed, FetchFailure
 from exporter.sources.model import ScrapeError
 from exporter.sources.policies import broker_default_from_json
 from tests.fuzz.brokerserver import BrokerServer, Response
+from tests.replay.admin_replay import AdminReplayServer
 
 UNLABELLED = b"# TYPE pulsar_lb_cpu_usage gauge\npulsar_lb_cpu_usage 12.5\n"
 BROKER = {"url": "http://broker:8080/metrics"}
@@ -87,6 +89,27 @@ def test_a_topic_stats_number_that_is_not_finite_is_malformed(body: str) -> None
     assert caught.value.failure.reason is ScrapeError.MALFORMED
 
 
+@pytest.mark.parametrize("body", ['{"subscriptions": {}, "oldestBacklogMessageAgeSeconds": 1e300}',
+                                  '{"subscriptions": {}, "oldestBacklogMessageAgeSeconds": '
+                                  '3200000000}',  # a century and more: older than the epoch
+                                  '{"subscriptions": {}, "backlogSize": 1e30}',
+                                  '{"subscriptions": {}, "msgInCounter": 9223372036854775808}'])
+def test_a_topic_stats_number_no_broker_prints_is_malformed(body: str) -> None:
+    """Finite, but past a Java long (every stats number is one) or an age past a century:
+    accepted before, an age of 1e300 s published as a backlog age."""
+    with pytest.raises(FetchFailure) as caught:
+        topic_stats_from_json("persistent://public/default/t", json.loads(body))
+    assert caught.value.failure.reason is ScrapeError.MALFORMED
+
+
+def test_a_real_age_and_the_largest_java_long_are_kept() -> None:
+    stats = topic_stats_from_json("persistent://public/default/t", json.loads(
+        '{"subscriptions": {}, "oldestBacklogMessageAgeSeconds": 3000000000, '
+        '"msgInCounter": 9223372036854775807}'))
+    assert stats.oldest_backlog_message_age_seconds == 3e9
+    assert stats.msg_in_counter == 2**63 - 1
+
+
 @pytest.mark.parametrize("doc", [{"backlogQuotaDefaultLimitGB": "1e999"},
                                  {"backlogQuotaDefaultLimitGB": 1e308},  # finite GB, inf bytes
                                  {"backlogQuotaDefaultLimitBytes": "NaN"},
@@ -95,6 +118,15 @@ def test_a_broker_default_quota_that_is_not_finite_is_malformed(doc: dict) -> No
     with pytest.raises(FetchFailure) as caught:  # OverflowError / ValueError
         broker_default_from_json(doc)
     assert caught.value.failure.reason is ScrapeError.MALFORMED
+
+
+def test_admin_json_nested_past_the_decoders_depth_is_malformed() -> None:
+    """json.loads raises RecursionError, which was filed as `other`."""
+    with AdminReplayServer(token=None) as replay:
+        replay.routes["/admin/v2/tenants"] = b"[" * 100_000 + b"]" * 100_000
+        result = AdminScraper(AdminSource(url=replay.url, timeout=10.0)).scrape()
+    assert isinstance(result.outcome, FetchFailed)
+    assert result.outcome.reason is ScrapeError.MALFORMED
 
 
 # --- 3, 4. config mappings --------------------------------------------------------------------
@@ -125,6 +157,7 @@ def test_a_value_out_of_any_range_is_a_config_error_naming_its_key(settings: dic
     "cluster: c\ncheck_interval: 2001-13-45\n",  # ValueError from PyYAML's date
     "cluster: c\x07\n",  # yaml.reader.ReaderError, raised by _Loader(text)
     "cluster: c\x00\n",
+    "cluster: c\nx: " + "[" * 20_000 + "]" * 20_000 + "\n",  # RecursionError in PyYAML
 ])
 def test_a_file_yaml_cannot_read_is_a_config_error_naming_the_file(tmp_path: Path,
                                                                    text: str) -> None:
