@@ -7,6 +7,7 @@ keys that are not plain identifiers. A key set to null (or left empty) counts as
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -82,9 +83,11 @@ def schema_keys(cls: type, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 
 def join(path: str, key: str) -> str:
+    """`path.key`, or `path["key"]` for a key that is no identifier, quoted as a JSON string
+    so that a user's `a"].b` cannot read as another path."""
     if _IDENT.fullmatch(key):
         return f"{path}.{key}" if path else key
-    return f'{path}["{key}"]'
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def did_you_mean(word: str, choices: tuple[str, ...]) -> str:

@@ -120,6 +120,21 @@ def test_a_broker_default_quota_that_is_not_finite_is_malformed(doc: dict) -> No
     assert caught.value.failure.reason is ScrapeError.MALFORMED
 
 
+@pytest.mark.parametrize(("name", "shown"), [
+    ('a"].x', 'resource_groups["a\\"].x"]'),
+    ("back\\slash", 'resource_groups["back\\\\slash"]'),
+    ("new\nline", 'resource_groups["new\\nline"]'),
+])
+def test_a_users_key_is_quoted_unambiguously_in_a_key_path(name: str, shown: str) -> None:
+    """Quotes, backslashes and control characters in a user's key were printed raw, so a
+    key path could read as another."""
+    with pytest.raises(ConfigError) as caught:
+        parse({"cluster": "c", "sources": {"brokers": [BROKER]},
+               "resource_groups": {name: {"publish": {"messages_per_second": "x"}}}}, "f.yaml")
+    assert any(e.startswith(f"f.yaml: {shown}.publish") for e in caught.value.errors), \
+        caught.value.errors
+
+
 def test_admin_json_nested_past_the_decoders_depth_is_malformed() -> None:
     """json.loads raises RecursionError, which was filed as `other`."""
     with AdminReplayServer(token=None) as replay:
