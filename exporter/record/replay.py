@@ -4,10 +4,12 @@ Every recorded body is parsed in one Spark job (all snapshots in one plan, `loca
 cluster: the bodies travel in the plan, so executors need no access to the record), with
 the what-if config's topic filter. Then the driver runs the exporter's own cycle
 (`Exporter.cycle`: merge, engine, actions, exposition) over the snapshots in time order,
-with each cycle's recorded clock, admin snapshot and broker health, and the peers' usage
-reports fed to the engine before the cycle (one report round per recorded cycle). So the
-decisions are the live code's, on the live inputs; only the world does not answer back:
-an eviction decided here does not shorten the backlogs recorded after it.
+with each cycle's recorded clock, admin snapshot and broker health. Between two cycles
+the usage-report rounds run as live, every `report_interval` (the exchange's own timer),
+each taking the peers' recorded reports sent by then: one round per cycle instead would
+let this participant's own suppressed entry go stale in a replay where it never did live.
+So the decisions are the live code's, on the live inputs; only the world does not answer
+back: an eviction decided here does not shorten the backlogs recorded after it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from exporter.runtime.cycle import CycleReport, Exporter
 from exporter.runtime.exchange import from_wire
 from exporter.sources.brokers import whole_lines
 from exporter.sources.model import Snapshot
+from exporter.transport.codec import WireReport
 
 _IN = pa.schema([("cycle", pa.int64(), False), ("source", pa.string(), False),
                  ("body", pa.binary(), False)])
@@ -137,17 +140,42 @@ def replay_cycles(config: Config, cycles: Sequence[RecordedCycle],
     clock = _Clock()
     exporter = Exporter(config, brokers=brokers, admin_side=RecordedAdmin(cycles, brokers),
                         evictor=SimulatedEvictor(), clock=clock)
+    period = config.resource_group_engine.report_interval
+    last_round: float | None = None
     try:
         for index, cycle in enumerate(cycles):
             brokers.index = index
             clock.now = cycle.now
-            for report in cycle.reports:
-                for entry in from_wire(report):
-                    exporter.decider.accept(entry, cycle.now)
-            exporter.decider.round(cycle.now)
+            pending = sorted(cycle.reports, key=lambda r: r.sent_at)
+            for at in _round_times(last_round, cycle.now, period):
+                while pending and pending[0].sent_at <= at:
+                    _accept(exporter, pending.pop(0), at)
+                exporter.decider.round(at)
+                last_round = at
+            for report in pending:  # arrived after the last round, before the cycle
+                _accept(exporter, report, cycle.now)
             # The check only: a replay serves no /metrics, so nothing is rendered.
             seen, decisions, now, stages = exporter.check()
             status = view(config.cluster, now, decisions, seen.health, stages)
             yield CycleReport(seen, decisions, status, b"")
     finally:
         exporter.close()
+
+
+# Rounds replayed between two cycles at most: a record with a gap of days runs the last ones.
+_MAX_ROUNDS = 1000
+
+
+def _round_times(last: float | None, now: float, period: float) -> list[float]:
+    """The exchange's rounds after `last` up to `now`, every `period`; one at `now` when
+    there was none before."""
+    if last is None or now - last < period:
+        return [now] if last is None else []
+    count = min(int((now - last) // period), _MAX_ROUNDS)
+    start = last + period * (int((now - last) // period) - count + 1)
+    return [start + period * k for k in range(count)]
+
+
+def _accept(exporter: Exporter, report: WireReport, now: float) -> None:
+    for entry in from_wire(report):
+        exporter.decider.accept(entry, now)
