@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import gzip
 import http.client
+import itertools
 import json
 import os
 import shutil
@@ -14,7 +15,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import bcrypt
@@ -208,37 +208,52 @@ def test_concurrent_scrapes_only_ever_see_whole_cycles(server, state):
     by_cycle = {i: b for b, i in bodies.items()}
     state.publish(by_cycle[0], {"cycle": 0})
     stop = threading.Event()
-    seen: list[int] = []
+    seen: list[list[int]] = [[] for _ in range(4)]  # per scraper, the cycle of each read
     errors: list[str] = []
 
-    def scrape(use_gzip: bool) -> None:
+    def scrape(mine: list[int], use_gzip: bool) -> None:
         host, port = server.address
         conn = http.client.HTTPConnection(host, port, timeout=10)  # keep-alive
-        while not stop.is_set():
-            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if use_gzip else {})
-            raw = conn.getresponse().read()
-            body = gzip.decompress(raw) if use_gzip else raw
-            if body not in bodies:
-                errors.append(f"torn body of {len(body)} bytes")
-            seen.append(bodies.get(body, -1))
-        conn.close()
+        try:
+            while not stop.is_set():
+                conn.request("GET", "/metrics",
+                             headers={"Accept-Encoding": "gzip"} if use_gzip else {})
+                raw = conn.getresponse().read()
+                body = gzip.decompress(raw) if use_gzip else raw
+                if body not in bodies:
+                    errors.append(f"torn body of {len(body)} bytes")
+                mine.append(bodies.get(body, -1))
+        except Exception as error:  # a dead scraper fails the test, not only the wait
+            errors.append(repr(error))
+        finally:
+            conn.close()
 
-    threads = [threading.Thread(target=scrape, args=(i % 2 == 0,)) for i in range(4)]
+    threads = [threading.Thread(target=scrape, args=(mine, i % 2 == 0))
+               for i, mine in enumerate(seen)]
     for t in threads:
         t.start()
-    # Each publication waits for a scrape of the one before it (bounded: a stalled machine
-    # fails the count below rather than hangs), so the scrapes overlap many publications
-    # however the threads are scheduled.
-    for i in range(1, 30):
-        time.sleep(0.03)
-        poll(lambda i=i: i - 1 in seen, f"a scrape of cycle {i - 1}", timeout=30,
-             interval=0.005)
-        state.publish(by_cycle[i], {"cycle": i})
-    stop.set()
-    for t in threads:
-        t.join(10)
+    published = itertools.count(1)
+
+    def publish_until_each_scraper_saw_two_cycles() -> bool:
+        """Swap in the next cycle until every scraper (plain and gzip) has read across a swap
+        and every body has been published once, however the threads are scheduled."""
+        if errors:
+            return True
+        i = next(published)
+        if i > len(by_cycle) and all(len(set(mine)) >= 2 for mine in seen):
+            return True
+        state.publish(by_cycle[i % len(by_cycle)], {"cycle": i})
+        return False
+
+    try:
+        poll(publish_until_each_scraper_saw_two_cycles, "every scraper seeing two cycles",
+             timeout=120, interval=0.01, show=lambda: [sorted(set(m)) for m in seen])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
     assert not errors
-    assert len(set(seen)) > 3  # the scrapes really did overlap several publications
+    assert all(len(set(mine)) >= 2 for mine in seen)
 
 
 # --- shutdown --------------------------------------------------------------------------------
@@ -252,7 +267,7 @@ def test_shutdown_closes_the_listener_and_an_idle_keep_alive_connection(state):
     srv.shutdown()  # returns: an idle kept-alive connection does not hold it up
     with pytest.raises(OSError):
         socket.create_connection((host, port), timeout=1).close()
-    idle.sock.settimeout(1.0)
+    idle.sock.settimeout(10.0)  # a FIN already sent reads at once; none fails, not hangs
     assert idle.sock.recv(1) == b""  # the server closed the kept-alive connection too
     idle.close()
 

@@ -48,7 +48,8 @@ STATS_PATH = "/admin/v2/persistent/public/default/Fibonacci/stats"
 
 @pytest.fixture
 def replay() -> Iterator[AdminReplayServer]:
-    with AdminReplayServer(TOKEN, hang_seconds=3.0) as server:
+    # A hang outlasts any client timeout here by far; stopping the server releases it.
+    with AdminReplayServer(TOKEN, hang_seconds=60.0) as server:
         yield server
 
 
@@ -70,7 +71,8 @@ class Clock:
 
 @pytest.fixture
 def scraper_for(token_file: Path) -> Callable[..., AdminScraper]:
-    def make(url: str, *, timeout: float = 1.0, token: Path | None = token_file,
+    # 10 s per request: a test not about timeouts must not hit one on a slow, loaded machine.
+    def make(url: str, *, timeout: float = 10.0, token: Path | None = token_file,
              max_concurrency: int = 4) -> AdminScraper:
         source = AdminSource(url=url, token_file=str(token) if token else None, timeout=timeout)
         return AdminScraper(source, max_concurrency=max_concurrency, clock=Clock())
