@@ -3,8 +3,10 @@
 The fetch runs inside the Spark task that parses the body (pipeline/scrape.py), so a body
 never touches the driver or any disk: it is streamed (gunzipped on the fly when served
 with `Content-Encoding: gzip`) and handed on in pieces as it arrives, under one deadline
-for the whole fetch. A failed fetch never replaces the last good data, which stays in use
-(stale) while `SourceHealth` says the source is down and why.
+for the whole fetch. Redirects are followed as Prometheus follows them (up to 10 hops;
+credentials only to the configured origin): Apache Pulsar answers `/metrics` with a 302 to
+`/metrics/`. A failed fetch never replaces the last good data, which stays in use (stale)
+while `SourceHealth` says the source is down and why.
 
 This module also holds what every source shares: failure classification into `ScrapeError`
 and the per-source `HealthLedger` (the admin client imports both).
@@ -17,15 +19,16 @@ import codecs
 import functools
 import http.client
 import json
+import socket
 import ssl
 import tempfile
 import time
 import urllib.error
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from exporter.config.model import BrokerSource, TlsClient
 from exporter.sources.model import ScrapeError, SourceHealth, SourceKind
@@ -190,16 +193,35 @@ def tls_context(tls: TlsClient | None) -> ssl.SSLContext:
     return context
 
 
-def _connection(source: BrokerSource, timeout: float,
+# Redirects are followed as Prometheus' scrapes follow them (Go's http.Client: at most 10
+# hops, any of these codes). Apache Pulsar answers `/metrics` with 302 → `/metrics/`
+# (Jetty's context redirect), so the URL an operator types needs one hop.
+MAX_REDIRECTS = 10
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80,
+                                                                   "https": 443}.get(scheme)
+
+
+def _connection(source: BrokerSource, url: str, timeout: float,
                 ) -> tuple[http.client.HTTPConnection, str, dict]:
-    parts = urlsplit(source.url)
+    """A connection to `url`: the configured one, or where it redirected. Credentials and
+    the TLS `server_name` go only to the configured URL's origin (scheme, host, port): a
+    redirect elsewhere never sees the token or the password."""
+    parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise FetchFailure(ScrapeError.OTHER, f"unsupported URL {source.url!r}")
+        raise FetchFailure(ScrapeError.OTHER, f"unsupported URL {url!r}")
+    home = _origin(url) == _origin(source.url)
     headers = {"Accept-Encoding": "gzip", "Accept": _ACCEPT, "User-Agent": _USER_AGENT}
-    if source.authorization is not None:
+    configured = urlsplit(source.url)
+    if home and source.authorization is not None:
         headers["Authorization"] = source.authorization
-    elif parts.username is not None:
-        creds = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    elif home and configured.username is not None:
+        creds = f"{unquote(configured.username)}:{unquote(configured.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(creds.encode()).decode()
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
@@ -207,12 +229,46 @@ def _connection(source: BrokerSource, timeout: float,
             context = tls_context(source.tls)
         except (ssl.SSLError, ValueError) as exc:
             raise FetchFailure(ScrapeError.TLS, f"tls_config: {exc}") from exc
+        server_name = source.tls.server_name if source.tls and home else None
         conn = _HTTPS(parts.hostname, parts.port, timeout=timeout, context=context,
-                      server_name=source.tls.server_name if source.tls else None)
+                      server_name=server_name)
     else:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return conn, target, headers
+
+
+def _open(source: BrokerSource, timeout: Callable[[], float],
+          ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, socket.socket | None]:
+    """GET `source.url`, following redirects; the final connection, its response (any
+    status but a redirect) and its socket. Each hop gets the time left (`timeout()`)."""
+    url = source.url
+    for _ in range(MAX_REDIRECTS + 1):
+        conn, target, headers = _connection(source, url, timeout())
+        try:
+            conn.request("GET", target, headers=headers)
+            sock = conn.sock  # getresponse() drops conn.sock when the server will close
+            resp = conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+        if resp.status not in _REDIRECTS:
+            return conn, resp, sock
+        location = resp.getheader("Location")
+        resp.close()
+        conn.close()
+        if not location:
+            raise FetchFailure(ScrapeError.HTTP_ERROR,
+                               f"HTTP {resp.status} {resp.reason} without a Location")
+        url = urljoin(url, location.strip())
+    raise FetchFailure(ScrapeError.HTTP_ERROR,
+                       f"more than {MAX_REDIRECTS} redirects (last to {_no_userinfo(url)})")
+
+
+def _no_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return parts._replace(netloc=host).geturl()
 
 
 def stream(source: BrokerSource, deadline: float) -> Iterator[bytes]:
@@ -228,13 +284,9 @@ def stream(source: BrokerSource, deadline: float) -> Iterator[bytes]:
             raise FetchFailure(ScrapeError.TIMEOUT, f"no complete body within {source.timeout}s")
         return left
 
-    conn, target, headers = _connection(source, min(source.timeout, remaining()))
-    resp: http.client.HTTPResponse | None = None
+    conn, resp, sock = _open(source, lambda: min(source.timeout, remaining()))
     try:
-        conn.request("GET", target, headers=headers)
-        sock = conn.sock  # getresponse() drops conn.sock when the server will close
-        resp = conn.getresponse()
-        if not 200 <= resp.status < 300:  # redirects are not followed: /metrics has none
+        if not 200 <= resp.status < 300:
             reason = status_reason(resp.status) if resp.status >= 400 else ScrapeError.HTTP_ERROR
             raise FetchFailure(reason, f"HTTP {resp.status} {resp.reason}")
         content_type = (resp.getheader("Content-Type") or "").lower()
@@ -277,8 +329,7 @@ def stream(source: BrokerSource, deadline: float) -> Iterator[bytes]:
             raise FetchFailure(ScrapeError.MALFORMED, problem)
         remaining()  # a fetch that overran its deadline does not count
     finally:
-        if resp is not None:
-            resp.close()
+        resp.close()
         conn.close()
 
 

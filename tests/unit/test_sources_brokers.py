@@ -35,7 +35,7 @@ BODY = FIXTURE.read_bytes()
 EXPECTED = source_tables([parse_text(BODY)])
 # Seconds per fetch: generous, since a test not about timeouts must not hit one on a slow,
 # loaded machine; the timeout cases hang far longer (released when their server stops).
-TIMEOUT = 3.0
+TIMEOUT = 5.0
 
 
 # --- a scriptable /metrics server ---------------------------------------------------------
@@ -171,6 +171,88 @@ def test_chunked_transfer_encoding(server, scraper_for):
     assert same_as_fixture(scraper_for(server.url).run().tables[0][1])
 
 
+# --- redirects: followed as Prometheus follows them ----------------------------------------
+
+
+def redirect(status: int, location: str) -> Reply:
+    return send(status, b"", {"Location": location})
+
+
+def test_a_redirect_is_followed_as_apache_pulsar_sends_it(server, scraper_for):
+    """Apache Pulsar answers /metrics with 302 → /metrics/ (a relative Location here)."""
+    def pulsar(h: BaseHTTPRequestHandler) -> None:
+        (redirect(302, "/metrics/") if h.path == "/metrics" else send(200, BODY))(h)
+
+    server.reply = pulsar
+    result = scraper_for(server.url).run()
+    assert result.health[0].up
+    assert same_as_fixture(result.tables[0][1])
+    assert len(server.request_headers) == 2  # the hop and the body
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_every_redirect_status_is_followed_to_another_server(status, server, scraper_for):
+    target = MetricsServer()
+    try:
+        server.reply = redirect(status, target.url)
+        result = scraper_for(server.url).run()
+        assert result.health[0].up and same_as_fixture(result.tables[0][1])
+        assert len(target.request_headers) == 1
+    finally:
+        target.stop()
+
+
+def test_credentials_go_to_the_configured_origin_only(server):
+    """Same origin (the /metrics/ hop): the Authorization header goes on; another origin
+    (another port of the same host is another origin) never sees it."""
+    target = MetricsServer()
+    try:
+        server.reply = lambda h: (redirect(302, "/metrics/") if h.path == "/metrics"
+                                  else redirect(307, target.url))(h)
+        source = BrokerSource(server.url, TIMEOUT, authorization="Bearer s3cret")
+        result = BrokerScrape([source], in_process([source]), clock=Clock()).run()
+        assert result.health[0].up
+        assert [h.get("Authorization") for h in server.request_headers] == ["Bearer s3cret"] * 2
+        assert [h.get("Authorization") for h in target.request_headers] == [None]
+    finally:
+        target.stop()
+
+
+def test_userinfo_credentials_stay_home_too(server):
+    target = MetricsServer()
+    try:
+        server.reply = redirect(302, target.url)
+        url = server.url.replace("http://", "http://alice:pw@")
+        source = BrokerSource(url, TIMEOUT)
+        result = BrokerScrape([source], in_process([source]), clock=Clock()).run()
+        assert result.health[0].up
+        assert server.request_headers[0]["Authorization"].startswith("Basic ")
+        assert "Authorization" not in target.request_headers[0]
+    finally:
+        target.stop()
+
+
+def test_a_redirect_loop_is_an_http_error_after_ten_hops(server, scraper_for):
+    server.reply = redirect(302, "/metrics")
+    health = scraper_for(server.url).run().health[0]
+    assert not health.up and health.last_error is ScrapeError.HTTP_ERROR
+    assert "more than 10 redirects" in health.last_error_detail
+    assert len(server.request_headers) == 11  # the first request and ten hops
+
+
+def test_a_redirect_without_location_is_an_http_error(server, scraper_for):
+    server.reply = send(302, b"")
+    health = scraper_for(server.url).run().health[0]
+    assert not health.up and health.last_error is ScrapeError.HTTP_ERROR
+    assert "without a Location" in health.last_error_detail
+
+
+def test_a_redirect_to_another_scheme_is_refused(server, scraper_for):
+    server.reply = redirect(302, "ftp://127.0.0.1/metrics")
+    health = scraper_for(server.url).run().health[0]
+    assert not health.up and "unsupported URL" in health.last_error_detail
+
+
 # --- failures: reason, counting, last good body kept -------------------------------------
 
 HTML = b"<!DOCTYPE html><html><body><h1>502 Bad Gateway</h1></body></html>"
@@ -281,7 +363,7 @@ def test_sources_are_independent_and_in_configuration_order(scraper_for):
     try:
         servers[1].reply = send(500, b"")
         down = closed_port_url()
-        result = scraper_for(servers[0].url, down, servers[1].url, timeout=2.0).run()
+        result = scraper_for(servers[0].url, down, servers[1].url).run()
         assert [h.source for h in result.health] == [servers[0].url, down, servers[1].url]
         assert [h.up for h in result.health] == [True, False, False]
         assert [s for s, _ in result.tables] == [servers[0].url]
