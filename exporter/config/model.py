@@ -123,16 +123,63 @@ class ResourceGroupEngine:
         return self.report_interval * (self.max_suppressed_rounds + 1)
 
 
+# Where Pulsar's modular load manager keeps its shedders (`loadBalancerLoadSheddingStrategy`).
+PULSAR_SHEDDER_PACKAGE = "org.apache.pulsar.broker.loadbalance.impl"
+
+
+class SheddingStrategy(StrEnum):
+    """The load-shedding strategy the brokers run (`loadBalancerLoadSheddingStrategy` of
+    `ModularLoadManagerImpl`); engine/shedders.py models each. The config accepts these
+    names, Pulsar's class names and their fully qualified form (`pulsar_class`)."""
+
+    THRESHOLD = "threshold"  # ThresholdShedder: Pulsar's default since 2.10
+    UNIFORM = "uniform"  # UniformLoadShedder
+    OVERLOAD = "overload"  # OverloadShedder
+
+    @property
+    def pulsar_class(self) -> str:
+        simple = {"threshold": "ThresholdShedder", "uniform": "UniformLoadShedder",
+                  "overload": "OverloadShedder"}[self.value]
+        return f"{PULSAR_SHEDDER_PACKAGE}.{simple}"
+
+
 @dataclass(frozen=True)
 class LoadManager:
-    """Pulsar's load-balancer defaults (`loadBalancer*` in broker.conf)."""
+    """Pulsar 4.0's load-balancer defaults (`loadBalancer*` and the shedders' keys in
+    broker.conf / ServiceConfiguration), snake_case without the `loadBalancer` prefix.
+    Percentages are 0–100 unless Pulsar's own key is a fraction (`*_percentage` of the
+    history and of the uniform shedder: 0.9 means 90 %, as in broker.conf)."""
 
+    # OverloadShedder: loadBalancerBrokerOverloadedThresholdPercentage; the margin is the
+    # fixed ADDITIONAL_THRESHOLD_PERCENT_MARGIN (0.05) of OverloadShedder and ThresholdShedder.
     overload_threshold_percent: float = 85.0
     shed_margin_percent: float = 5.0
     bundle_max_topics: int = 1000
     bundle_max_sessions: int = 1000
     bundle_max_msg_rate: float = 30000.0
     bundle_max_bandwidth: float = 100 * 1024 * 1024  # bytes/s, in + out (Pulsar: 100 MB)
+    # Which shedder, and whether the leader sheds at all (loadBalancerSheddingEnabled).
+    load_shedding_strategy: SheddingStrategy = SheddingStrategy.THRESHOLD
+    shedding_enabled: bool = True
+    shedding_interval: float = 60.0  # seconds: loadBalancerSheddingIntervalMinutes = 1
+    shedding_grace_period: float = 1800.0  # seconds: loadBalancerSheddingGracePeriodMinutes
+    # LocalBrokerData.getMaxResourceUsageWithWeight (memory is no longer weighed in 4.0).
+    cpu_resource_weight: float = 1.0
+    direct_memory_resource_weight: float = 0.0
+    bandwidth_in_resource_weight: float = 1.0
+    bandwidth_out_resource_weight: float = 1.0
+    # ThresholdShedder
+    broker_threshold_shedder_percentage: float = 10.0
+    history_resource_percentage: float = 0.9  # a fraction, as Pulsar's key
+    bundle_unload_min_throughput_threshold: float = 10 * 1024 * 1024  # bytes/s (Pulsar: 10 MB)
+    lower_boundary_shedding_enabled: bool = False
+    # UniformLoadShedder (≤ 0 turns a difference threshold off, as in Pulsar)
+    msg_rate_difference_shedder_threshold: float = 50.0  # percent
+    msg_throughput_multiplier_difference_shedder_threshold: float = 4.0  # a multiplier
+    max_unload_percentage: float = 0.2  # a fraction, as Pulsar's key
+    max_unload_bundle_num_per_shedding: int = -1  # -1: no limit
+    min_unload_message: int = 1000  # msgs/s
+    min_unload_message_throughput: int = 1024 * 1024  # bytes/s
 
 
 @dataclass(frozen=True)

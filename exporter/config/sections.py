@@ -6,6 +6,7 @@ groups, stale_after vs report_interval) live here too; checks across sections li
 
 from __future__ import annotations
 
+import difflib
 import socket
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -26,13 +27,14 @@ from exporter.config.model import (
     ResourceGroup,
     ResourceGroupEngine,
     RetentionPolicy,
+    SheddingStrategy,
     Sources,
     Spark,
     Tls,
     TopicFilter,
 )
-from exporter.config.reader import Reader, join, schema_keys
-from exporter.config.units import format_duration
+from exporter.config.reader import Convert, Reader, expected, join, schema_keys
+from exporter.config.units import format_duration, parse_duration
 
 
 def sources(r: Reader, value: object, path: str) -> Sources:
@@ -207,28 +209,97 @@ def _report_signing(r: Reader, value: object, path: str) -> ReportSigning | None
 
 def load_manager(r: Reader, value: object, path: str) -> LoadManager:
     m, d = r.mapping(value, path, schema_keys(LoadManager)), LoadManager
+
+    def get(key: str, convert: Convert) -> object:
+        return r.get(m, key, path, convert, getattr(d, key))
+
     return LoadManager(
-        overload_threshold_percent=r.get(
-            m, "overload_threshold_percent", path, cv.percent, d.overload_threshold_percent
-        ),
-        shed_margin_percent=r.get(
-            m, "shed_margin_percent", path, cv.percent, d.shed_margin_percent
-        ),
-        bundle_max_topics=r.get(m, "bundle_max_topics", path, cv.integer(1), d.bundle_max_topics),
-        bundle_max_sessions=r.get(
-            m,
-            "bundle_max_sessions",
-            path,
-            cv.integer(0, " (0 turns it off)"),
-            d.bundle_max_sessions,
-        ),
-        bundle_max_msg_rate=r.get(
-            m, "bundle_max_msg_rate", path, cv.positive, d.bundle_max_msg_rate
-        ),
-        bundle_max_bandwidth=r.get(
-            m, "bundle_max_bandwidth", path, cv.bandwidth, d.bundle_max_bandwidth
-        ),
+        overload_threshold_percent=get("overload_threshold_percent", cv.percent),
+        shed_margin_percent=get("shed_margin_percent", cv.percent),
+        bundle_max_topics=get("bundle_max_topics", cv.integer(1)),
+        bundle_max_sessions=get("bundle_max_sessions", cv.integer(0, " (0 turns it off)")),
+        bundle_max_msg_rate=get("bundle_max_msg_rate", cv.positive),
+        bundle_max_bandwidth=get("bundle_max_bandwidth", cv.bandwidth),
+        load_shedding_strategy=get("load_shedding_strategy", _shedding_strategy),
+        shedding_enabled=get("shedding_enabled", cv.boolean),
+        shedding_interval=get("shedding_interval", cv.duration),
+        shedding_grace_period=get("shedding_grace_period", _duration_or_zero),
+        cpu_resource_weight=get("cpu_resource_weight", _weight),
+        direct_memory_resource_weight=get("direct_memory_resource_weight", _weight),
+        bandwidth_in_resource_weight=get("bandwidth_in_resource_weight", _weight),
+        bandwidth_out_resource_weight=get("bandwidth_out_resource_weight", _weight),
+        broker_threshold_shedder_percentage=get("broker_threshold_shedder_percentage",
+                                                cv.percent),
+        history_resource_percentage=get("history_resource_percentage", _fraction),
+        bundle_unload_min_throughput_threshold=get("bundle_unload_min_throughput_threshold",
+                                                   _byte_rate_or_zero),
+        lower_boundary_shedding_enabled=get("lower_boundary_shedding_enabled", cv.boolean),
+        msg_rate_difference_shedder_threshold=get("msg_rate_difference_shedder_threshold",
+                                                  cv.number),
+        msg_throughput_multiplier_difference_shedder_threshold=get(
+            "msg_throughput_multiplier_difference_shedder_threshold", cv.number),
+        max_unload_percentage=get("max_unload_percentage", _fraction),
+        max_unload_bundle_num_per_shedding=get("max_unload_bundle_num_per_shedding",
+                                               cv.integer(-1, " (-1 means no limit)")),
+        min_unload_message=get("min_unload_message", cv.integer(0)),
+        min_unload_message_throughput=get("min_unload_message_throughput",
+                                          lambda v: int(_byte_rate_or_zero(v))),
     )
+
+
+# Pulsar's names for the modelled shedders: ours, the class's simple and qualified names.
+_SHEDDERS = {
+    name: strategy
+    for strategy in SheddingStrategy
+    for name in (strategy.value, strategy.pulsar_class.rpartition(".")[2],
+                 strategy.pulsar_class)
+}
+# Shedders Pulsar 4.0 ships that the engine does not model (a did-you-mean would mislead).
+_UNMODELLED = ("AvgShedder",)
+
+
+def _shedding_strategy(value: object) -> SheddingStrategy:
+    short = ", ".join(s.value for s in SheddingStrategy)
+    if not isinstance(value, str):
+        raise expected(f"one of {short} (or Pulsar's class name)", value)
+    if value in _SHEDDERS:
+        return _SHEDDERS[value]
+    if value.rpartition(".")[2] in _UNMODELLED:
+        raise ValueError(f"'{value}' is not modelled; use one of {short}")
+    close = difflib.get_close_matches(value, tuple(_SHEDDERS), n=1)
+    hint = (f" (did you mean '{close[0]}'?)" if close
+            else f" (expected one of {short}, or Pulsar's class name such as "
+                 f"'{SheddingStrategy.THRESHOLD.pulsar_class}')")
+    raise ValueError(f"unknown load shedding strategy '{value}'{hint}")
+
+
+def _weight(value: object) -> float:
+    weight = cv.number(value)
+    if weight < 0:
+        raise ValueError(f"must be at least 0 (0 leaves the resource out), found {value}")
+    return weight
+
+
+def _fraction(value: object) -> float:
+    """Pulsar's `*Percentage` keys that hold a fraction (0.9 = 90 %)."""
+    amount = cv.number(value)
+    if not 0 <= amount <= 1:
+        raise ValueError(f"must be a fraction from 0 to 1 as in broker.conf (0.9 = 90 %), "
+                         f"found {value}")
+    return amount
+
+
+def _duration_or_zero(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise expected("a duration such as 30m", value)
+    return parse_duration(value)  # refuses a negative one
+
+
+def _byte_rate_or_zero(value: object) -> float:
+    """A size per second (`10MiB`, `10MiB/s`, plain bytes), 0 allowed."""
+    if isinstance(value, str) and value.strip().endswith("/s"):
+        value = value.strip()[:-2]
+    return float(cv.size(value))
 
 
 def exposition(r: Reader, value: object, path: str) -> Exposition:

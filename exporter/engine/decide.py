@@ -2,7 +2,9 @@
 
 This is the seam between the columnar world (pyarrow tables out of Spark) and the engine's
 frozen dataclasses. It owns the state kept between cycles: the backlog-age tables and the
-resource-group usage counters, both keyed by entity and pruned of entities that vanished.
+resource-group usage counters, both keyed by entity and pruned of entities that vanished,
+and the load verdicts' `LoadState` (ThresholdShedder's history and the bundles seen moving,
+both keyed by broker or bundle and pruned the same way).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from exporter.engine.backlog import (
     TopicDecision,
     check,
 )
-from exporter.engine.loadview import LoadResult, evaluate_load
+from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
 from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
@@ -53,7 +55,7 @@ class Decisions:
     groups: tuple[GroupResult, ...]
     peer_ages: Mapping[str, float] = field(default_factory=dict)  # peer → seconds since report
     participants: int = 1  # known, ourselves included
-    load: LoadResult | None = None  # load verdicts (Pulsar's OverloadShedder rules)
+    load: LoadResult | None = None  # load verdicts (the configured Pulsar shedder's rules)
 
 
 def _columns(table, names: tuple[str, ...]) -> list[list]:
@@ -107,6 +109,7 @@ class Decider:
         self.peer = Participant(self.participant, config.resource_group_engine)
         self._limits: dict[GroupKey, Usage | None] = {}
         self._own: dict[GroupKey, Usage] = {}  # the last cycle's usage, for the next report
+        self._load = LoadState()  # the shedder's history and recent bundle moves
         # The exchange reports and receives on its own timer, the check loop computes
         # shares: both touch `peer`, `_own` and `_limits`, under this lock only.
         self.lock = threading.Lock()
@@ -285,7 +288,8 @@ class Decider:
         topics, max_age = self._backlog(agg, admin, now)
         groups = self._groups(agg, now)
         self._last_at = now
-        load = evaluate_load(agg, admin, self.config.load_manager)
+        load = evaluate_load(agg, admin, self.config.load_manager, state=self._load, now=now)
+        self._load = load.state
         with self.lock:
             ages, known = self.peer.peers(now), self.peer.known()
         return Decisions(now, topics, max_age, groups, ages, known, load)

@@ -2,9 +2,11 @@
 
 The exporter does not move bundles; it reports what Apache Pulsar's load manager would
 decide from the same numbers, so operators see the verdict before (or instead of) the
-broker acting on it. Semantics follow Pulsar's `OverloadShedder` and the bundle-split
-strategy (`BundleSplitterTask` / `DefaultNamespaceBundleSplitStrategyImpl`), with the
-thresholds of `exporter.config.LoadManager` (broker.conf's `loadBalancer*` defaults).
+broker acting on it. This module holds the shared vocabulary (a broker's load, a bundle,
+a verdict), Pulsar 4.0's `OverloadShedder` and the bundle-split strategy
+(`BundleSplitterTask` / `DefaultNamespaceBundleSplitStrategyImpl`); engine/shedders.py
+holds `ThresholdShedder` and `UniformLoadShedder` and picks the configured one. The
+thresholds are those of `exporter.config.LoadManager` (broker.conf's `loadBalancer*`).
 
 Units: resource usage in percent of its limit (Pulsar's `ResourceUsage.percentUsage()`,
 the value of the broker's `pulsar_lb_*_usage` gauges); rates per second; throughput in
@@ -14,6 +16,7 @@ bytes per second.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,6 +26,21 @@ from exporter.names import bundle_range
 
 # A full bundle name: the namespace ("tenant/ns", or "tenant/cluster/ns" for v1 names)
 # then the hash range (names.bundle_range).
+
+# Pulsar's `NamespaceService.isSLAOrHeartbeatNamespace`: every broker owns its heartbeat
+# namespace (v1 and v2 names) and, with the SLA monitor, an SLA namespace. Their bundles
+# count as owned (the sole-bundle rule) but `LoadData.getBundleDataForLoadShedding` leaves
+# them out of every shedder's choice.
+_SYSTEM_NAMESPACES = (
+    re.compile(r"sla-monitor/[^/]+/([^:]+:\d+)"),
+    re.compile(r"pulsar/[^/]+/([^:]+:\d+)"),
+    re.compile(r"pulsar/([^:]+:\d+)"),
+)
+
+
+def is_system_namespace(namespace: str) -> bool:
+    """A heartbeat or SLA-monitor namespace, never shed (Pulsar's patterns, whole match)."""
+    return any(p.fullmatch(namespace) for p in _SYSTEM_NAMESPACES)
 
 
 def usage_percent(used: float, limit: float) -> float:
@@ -38,8 +56,10 @@ def _check_non_negative(owner: str, **values: float) -> None:
 
 
 class Resource(StrEnum):
-    """The system resources Pulsar's `LocalBrokerData.getMaxResourceUsage` compares,
-    in its order (the first of equal maxima wins)."""
+    """The system resources a broker reports, in `LocalBrokerData`'s order. Pulsar 4.0
+    compares cpu, direct memory and bandwidth in/out (`getMaxResourceUsageWithWeight`, the
+    first of equal maxima winning); memory is reported but no longer weighed ("noisy by
+    GC", deprecated `loadBalancerMemoryResourceWeight`)."""
 
     CPU = "cpu"
     MEMORY = "memory"
@@ -143,39 +163,120 @@ class BrokerLoad:
         return tuple((r, p) for r, p in pairs if p is not None)
 
     def max_usage(self) -> tuple[Resource, float]:
-        """The most used resource; on a tie the first in Pulsar's order."""
+        """The most used of the reported resources, memory included; on a tie the first
+        in Pulsar's order. An observation: verdicts use `weighted_usage`."""
         best = self.usages()[0]
         for pair in self.usages()[1:]:
             if pair[1] > best[1]:
                 best = pair
         return best
 
+    @property
+    def throughput(self) -> float:
+        """Bytes/s in + out over the owned bundles: `LocalBrokerData.msgThroughputIn/Out`,
+        which Pulsar sums over the broker's `NamespaceBundleStats` the same way."""
+        return sum(b.throughput_in for b in self.bundles) + sum(
+            b.throughput_out for b in self.bundles)
+
+    @property
+    def msg_rate(self) -> float:
+        """Msgs/s in + out over the owned bundles (`LocalBrokerData.msgRateIn/Out`)."""
+        return sum(b.msg_rate_in for b in self.bundles) + sum(
+            b.msg_rate_out for b in self.bundles)
+
+
+def weighted_usage(load: BrokerLoad, cfg: LoadManager) -> tuple[Resource, float]:
+    """Pulsar's `LocalBrokerData.getMaxResourceUsageWithWeight(cpu, directMemory,
+    bandwidthIn, bandwidthOut)` in percent (Pulsar divides by 100): the largest of each
+    usage times its weight, the first of equal values winning (Java's strict `>` from
+    −∞). Memory takes no part; unknown direct memory counts as 0 % (the broker always
+    reports it, our sources may not)."""
+    pairs = (
+        (Resource.CPU, load.cpu_percent * cfg.cpu_resource_weight),
+        (Resource.DIRECT_MEMORY,
+         (load.direct_memory_percent or 0.0) * cfg.direct_memory_resource_weight),
+        (Resource.BANDWIDTH_IN, load.bandwidth_in_percent * cfg.bandwidth_in_resource_weight),
+        (Resource.BANDWIDTH_OUT,
+         load.bandwidth_out_percent * cfg.bandwidth_out_resource_weight),
+    )
+    best = pairs[0]
+    for pair in pairs[1:]:
+        if pair[1] > best[1]:
+            best = pair
+    return best
+
 
 class ShedOutcome(StrEnum):
-    """What `OverloadShedder` would do with one broker."""
+    """What the shedder would do with one broker."""
 
-    NOT_OVERLOADED = "not_overloaded"
+    NOT_OVERLOADED = "not_overloaded"  # not picked (or shedding off: LoadResult says why)
     UNLOAD = "unload"  # bundles selected
-    SOLE_BUNDLE = "sole_bundle"  # overloaded by its only bundle: Pulsar sheds nothing
-    NO_BUNDLES = "no_bundles"  # overloaded while owning no bundle
-    ALL_RECENTLY_UNLOADED = "all_recently_unloaded"  # every bundle is in its grace period
+    SOLE_BUNDLE = "sole_bundle"  # picked, but owns one bundle: Pulsar sheds nothing
+    NO_BUNDLES = "no_bundles"  # picked while owning no bundle
+    ALL_RECENTLY_UNLOADED = "all_recently_unloaded"  # every candidate is in its grace period
+    NO_ELIGIBLE_BUNDLE = "no_eligible_bundle"  # only heartbeat / SLA bundles to choose from
+    BELOW_MINIMUM = "below_minimum"  # the amount to shed is under the strategy's minimum
+    NO_FITTING_BUNDLE = "no_fitting_bundle"  # UniformLoadShedder: every bundle too big
+
+
+class ShedReason(StrEnum):
+    """The rule that picked a broker (`NONE`: not picked)."""
+
+    NONE = "none"
+    OVERLOADED = "overloaded"  # OverloadShedder: usage ≥ threshold
+    ABOVE_AVERAGE = "above_average"  # ThresholdShedder: usage ≥ average + threshold
+    LOWER_BOUNDARY = "lower_boundary"  # ThresholdShedder's lowerBoundarySheddingEnabled
+    MSG_RATE_SPREAD = "msg_rate_spread"  # UniformLoadShedder: max/min msg-rate gap
+    THROUGHPUT_SPREAD = "throughput_spread"  # UniformLoadShedder: max/min throughput ratio
 
 
 @dataclass(frozen=True)
 class BrokerVerdict:
     broker: str
     outcome: ShedOutcome
-    resource: Resource  # the most used resource, overloaded or not
-    max_usage_percent: float
-    shed_fraction: float  # of the broker's traffic, 0–1 (may exceed 1); 0 when not overloaded
+    resource: Resource  # the resource of the weighted maximum, overloaded or not
+    max_usage_percent: float  # the weighted maximum (LocalBrokerData), this cycle
+    shed_fraction: float  # of the broker's traffic, 0–1 (may exceed 1); 0 when not picked
     throughput: float  # bytes/s in + out, summed over the broker's bundles
-    throughput_to_shed: float  # bytes/s: throughput × shed_fraction
-    unload: tuple[str, ...]  # bundle names, highest traffic first
+    throughput_to_shed: float  # bytes/s the strategy asks for (0: it measures msgs/s)
+    unload: tuple[str, ...]  # bundle names, in the order the strategy picked them
     unload_throughput: float  # bytes/s carried by `unload`
+    reason: ShedReason = ShedReason.NONE
+    # ThresholdShedder: the broker's history-smoothed usage and the cluster's average
+    # (percent) it is compared with; None under the other strategies.
+    smoothed_usage_percent: float | None = None
+    average_usage_percent: float | None = None
+    msg_rate: float = 0.0  # msgs/s in + out, summed over the broker's bundles
+    msg_rate_to_shed: float = 0.0  # UniformLoadShedder's msg-rate branch, else 0
+    unload_msg_rate: float = 0.0  # msgs/s carried by `unload`
 
     @property
     def overloaded(self) -> bool:
+        """Picked by the strategy's rule, whether or not a bundle could be chosen."""
         return self.outcome is not ShedOutcome.NOT_OVERLOADED
+
+
+def idle_verdict(load: BrokerLoad, cfg: LoadManager, **extra: object) -> BrokerVerdict:
+    """A broker the strategy does not pick."""
+    resource, usage = weighted_usage(load, cfg)
+    return BrokerVerdict(broker=load.broker, outcome=ShedOutcome.NOT_OVERLOADED,
+                         resource=resource, max_usage_percent=usage, shed_fraction=0.0,
+                         throughput=load.throughput, throughput_to_shed=0.0, unload=(),
+                         unload_throughput=0.0, msg_rate=load.msg_rate, **extra)
+
+
+def picked_verdict(load: BrokerLoad, cfg: LoadManager, reason: ShedReason, fraction: float,
+                   to_shed: float, selection: Selection, **extra: object) -> BrokerVerdict:
+    """A broker the strategy picks, with what its selection gave."""
+    resource, usage = weighted_usage(load, cfg)
+    by_name = {b.name: b for b in load.bundles}
+    return BrokerVerdict(
+        broker=load.broker, outcome=selection.outcome, resource=resource,
+        max_usage_percent=usage, shed_fraction=fraction, throughput=load.throughput,
+        throughput_to_shed=to_shed, unload=selection.unload,
+        unload_throughput=sum(by_name[n].throughput for n in selection.unload),
+        reason=reason, msg_rate=load.msg_rate,
+        unload_msg_rate=sum(by_name[n].msg_rate for n in selection.unload), **extra)
 
 
 def broker_verdict(
@@ -185,66 +286,64 @@ def broker_verdict(
 ) -> BrokerVerdict:
     """Pulsar's `OverloadShedder` on one broker.
 
-    Overloaded when the most used resource is *at or above* the threshold (Pulsar skips
-    a broker only while `usage < threshold`). The fraction of traffic to shed is
-    `(usage − threshold) + margin` (Pulsar's load-balance docs, "Shed load automatically":
-    95 % CPU, 85 % threshold, 5 % margin → 15 %). Bundles not in `recently_unloaded`
-    (Pulsar's shedding grace period) are taken highest throughput first until they carry at
-    least that share of the broker's throughput, and always at least one. A broker owning a
-    single bundle is never shed.
+    Overloaded when the weighted maximum usage (`weighted_usage`) is *at or above* the
+    threshold (Pulsar skips a broker only while `usage < threshold`, both as fractions).
+    The fraction of traffic to shed is `(usage − threshold) + margin` (Pulsar's
+    load-balance docs, "Shed load automatically": 95 % CPU, 85 % threshold, 5 % margin →
+    15 %). Bundles are chosen by `select_by_throughput`. No minimum applies: an idle
+    broker still unloads one bundle.
     """
-    resource, usage = load.max_usage()
-    throughput = sum(b.throughput for b in load.bundles)
-    if usage < cfg.overload_threshold_percent:
-        return BrokerVerdict(
-            broker=load.broker,
-            outcome=ShedOutcome.NOT_OVERLOADED,
-            resource=resource,
-            max_usage_percent=usage,
-            shed_fraction=0.0,
-            throughput=throughput,
-            throughput_to_shed=0.0,
-            unload=(),
-            unload_throughput=0.0,
-        )
-    fraction = (usage - cfg.overload_threshold_percent + cfg.shed_margin_percent) / 100.0
-    to_shed = throughput * fraction
-    outcome, unload, unloaded = _select(load.bundles, to_shed, recently_unloaded)
-    return BrokerVerdict(
-        broker=load.broker,
-        outcome=outcome,
-        resource=resource,
-        max_usage_percent=usage,
-        shed_fraction=fraction,
-        throughput=throughput,
-        throughput_to_shed=to_shed,
-        unload=unload,
-        unload_throughput=unloaded,
-    )
+    _, usage = weighted_usage(load, cfg)
+    threshold = cfg.overload_threshold_percent / 100.0
+    if usage / 100.0 < threshold:
+        return idle_verdict(load, cfg)
+    fraction = usage / 100.0 - threshold + cfg.shed_margin_percent / 100.0
+    to_shed = load.throughput * fraction
+    return picked_verdict(load, cfg, ShedReason.OVERLOADED, fraction, to_shed,
+                          select_by_throughput(load.bundles, to_shed, recently_unloaded))
 
 
-def _select(
-    bundles: tuple[BundleStats, ...], to_shed: float, recently_unloaded: frozenset[str]
-) -> tuple[ShedOutcome, tuple[str, ...], float]:
-    # Pulsar counts all owned bundles (recently unloaded included) for the sole-bundle rule.
+@dataclass(frozen=True)
+class Selection:
+    outcome: ShedOutcome
+    unload: tuple[str, ...] = ()
+
+
+def candidates(bundles: Iterable[BundleStats], recently_unloaded: frozenset[str],
+               ) -> tuple[list[BundleStats], ShedOutcome | None]:
+    """The bundles a shedder may choose from (not heartbeat / SLA, not in the grace
+    period), or why there is none."""
+    bundles = list(bundles)
+    shed_able = [b for b in bundles if not is_system_namespace(b.namespace)]
+    eligible = [b for b in shed_able if b.name not in recently_unloaded]
+    if eligible:
+        return eligible, None
+    return [], (ShedOutcome.ALL_RECENTLY_UNLOADED if shed_able
+                else ShedOutcome.NO_ELIGIBLE_BUNDLE)
+
+
+def select_by_throughput(bundles: tuple[BundleStats, ...], to_shed: float,
+                         recently_unloaded: frozenset[str]) -> Selection:
+    """The choice shared by `OverloadShedder` and `ThresholdShedder`: with more than one
+    owned bundle (heartbeat and recently unloaded ones count here), the candidates are
+    taken highest short-term throughput first until they carry at least `to_shed`, and
+    always at least one. Equal throughputs go by name (Pulsar's order among them is a
+    hash map's)."""
     if not bundles:
-        return ShedOutcome.NO_BUNDLES, (), 0.0
+        return Selection(ShedOutcome.NO_BUNDLES)
     if len(bundles) == 1:
-        return ShedOutcome.SOLE_BUNDLE, (), 0.0
-    eligible = sorted(
-        (b for b in bundles if b.name not in recently_unloaded),
-        key=lambda b: (-b.throughput, b.name),  # name: a stable order among equals
-    )
-    if not eligible:
-        return ShedOutcome.ALL_RECENTLY_UNLOADED, (), 0.0
+        return Selection(ShedOutcome.SOLE_BUNDLE)
+    eligible, none = candidates(bundles, recently_unloaded)
+    if none is not None:
+        return Selection(none)
     chosen: list[str] = []
     marked = 0.0
-    for bundle in eligible:
+    for bundle in sorted(eligible, key=lambda b: (-b.throughput, b.name)):
         if chosen and marked >= to_shed:
             break
         chosen.append(bundle.name)
         marked += bundle.throughput
-    return ShedOutcome.UNLOAD, tuple(chosen), marked
+    return Selection(ShedOutcome.UNLOAD, tuple(chosen))
 
 
 class SplitReason(StrEnum):

@@ -1,5 +1,6 @@
 """One cycle's load verdicts: the pipeline's broker and bundle tables, the admin snapshot's
-bundle owners and the `load_manager` config → `LoadResult` (engine/loadbalance.py decides).
+bundle owners, the `load_manager` config and the last cycle's `LoadState` → `LoadResult`
+(engine/shedders.py runs the configured shedder, engine/loadbalance.py splits).
 
 Semantics decided here:
 
@@ -27,6 +28,14 @@ Semantics decided here:
   rate or count missing, NaN or negative counts as 0.
 - **Usage.** A broker without all of cpu, memory and bandwidth in/out (`pulsar_lb_*`;
   direct memory is optional, as in the engine) gets no verdict: `Unjudged`, with why.
+  The shedder sees the judged brokers only (a cluster-wide strategy's average or spread
+  is then over them), while every broker with a body counts as available for Pulsar's
+  "at least two brokers" rule.
+- **Recently unloaded.** Pulsar's leader skips bundles it unloaded within the grace
+  period; that map lives in its memory. `BundleMoves` approximates it: a bundle reported
+  by one broker that was last seen on another moved at this cycle's time. It also counts
+  moves the shedder did not make (an admin unload, a broker restart), and sees a move up
+  to one cycle late.
 """
 
 from __future__ import annotations
@@ -34,19 +43,20 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from urllib.parse import urlsplit
 
-from exporter.config.model import LoadManager
+from exporter.config.model import LoadManager, SheddingStrategy
 from exporter.engine.loadbalance import (
     BrokerLoad,
     BrokerVerdict,
     BundleStats,
     SplitCandidate,
-    broker_verdict,
     split_candidates,
 )
+from exporter.engine.shedders import SkipReason, ThresholdHistory, shed
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot
 
@@ -115,11 +125,57 @@ class Unjudged:
 BrokerResult = Judged | Unjudged
 
 
+def _empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class BundleMoves:
+    """Bundle → its sole owner when last seen, and → when it last changed owner (kept
+    for the grace period)."""
+
+    owners: Mapping[str, str] = field(default_factory=_empty)
+    moved_at: Mapping[str, float] = field(default_factory=_empty)
+
+    def recent(self) -> frozenset[str]:
+        return frozenset(self.moved_at)
+
+
+def track_moves(before: BundleMoves, shares: Iterable[BundleStats], now: float,
+                grace: float) -> BundleMoves:
+    """This cycle's owners: a bundle reported by exactly one broker is owned by it (a
+    namespace's pseudo-bundle split over brokers has no single owner and never moves).
+    Moves older than `grace` are forgotten, as Pulsar drops entries older than
+    `loadBalancerSheddingGracePeriodMinutes` before each run; vanished bundles too."""
+    holders: dict[str, set[str]] = defaultdict(set)
+    for s in shares:
+        holders[s.name].add(s.broker)
+    owners = {name: next(iter(b)) for name, b in holders.items() if len(b) == 1}
+    moved = {name: at for name, at in before.moved_at.items()
+             if name in holders and at >= now - grace}
+    for name, owner in owners.items():
+        if before.owners.get(name, owner) != owner:
+            moved[name] = now
+    return BundleMoves(MappingProxyType(owners), MappingProxyType(moved))
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """What the load verdicts carry from one cycle to the next."""
+
+    history: ThresholdHistory = field(default_factory=ThresholdHistory)
+    moves: BundleMoves = BundleMoves()
+
+
 @dataclass(frozen=True)
 class LoadResult:
     brokers: tuple[BrokerResult, ...]  # one per broker source with a body, by broker id
     bundles: tuple[BundleStats, ...]  # whole bundles (every broker's share summed), by name
     splits: tuple[SplitCandidate, ...]  # by bundle name
+    strategy: SheddingStrategy = SheddingStrategy.THRESHOLD
+    skipped: SkipReason | None = None  # why no broker was considered at all
+    recently_unloaded: frozenset[str] = frozenset()  # what the shedder left alone
+    state: LoadState = LoadState()  # for the next cycle
 
     def broker(self, broker: str) -> BrokerResult | None:
         return next((b for b in self.brokers if b.broker == broker), None)
@@ -215,26 +271,33 @@ def _gap(row: Mapping) -> UsageGap | None:
 
 
 def evaluate_load(agg: Aggregates, admin: AdminSnapshot | None, cfg: LoadManager,
-                  recently_unloaded: frozenset[str] = frozenset()) -> LoadResult:
-    """Every broker's shedding verdict and every bundle's split verdict for one cycle.
-    `recently_unloaded` (full bundle names) is Pulsar's shedding grace period; the exporter
-    moves nothing, so it is empty unless a caller knows better."""
+                  recently_unloaded: frozenset[str] = frozenset(),
+                  state: LoadState = LoadState(), now: float | None = None) -> LoadResult:
+    """Every broker's shedding verdict under `cfg.load_shedding_strategy` and every
+    bundle's split verdict for one cycle. `recently_unloaded` (full bundle names) adds to
+    the bundles `state` saw move within the grace period; `now` (seconds) dates moves and
+    paces the ThresholdShedder history (None: no moves tracked, history always advanced).
+    The result's `state` is the next cycle's."""
     brokers = agg.brokers.to_pylist()
     ids = broker_ids(r["source"] for r in brokers)
     shares = _shares(agg.bundles.to_pylist(), ids)
     shares += _owned_empty(admin, shares, ids)
+    moves = state.moves if now is None else track_moves(
+        state.moves, shares, now, cfg.shedding_grace_period)
+    recently = recently_unloaded | moves.recent()
     by_broker: dict[str, list[BundleStats]] = defaultdict(list)
     for s in shares:
         by_broker[s.broker].append(s)
-    results: list[BrokerResult] = []
+    unjudged: list[BrokerResult] = []
+    loads: dict[str, tuple[str, BrokerLoad]] = {}
     for row in brokers:
         source, broker = row["source"], ids[row["source"]]
         bundles = tuple(sorted(by_broker[broker], key=lambda s: s.name))
         gap = _gap(row)
         if gap is not None:
-            results.append(Unjudged(source, broker, gap, bundles))
+            unjudged.append(Unjudged(source, broker, gap, bundles))
             continue
-        load = BrokerLoad(
+        loads[broker] = (source, BrokerLoad(
             broker=broker,
             cpu_percent=row["cpu_percent"],
             memory_percent=row["memory_percent"],
@@ -242,11 +305,17 @@ def evaluate_load(agg: Aggregates, admin: AdminSnapshot | None, cfg: LoadManager
             bandwidth_out_percent=row["bandwidth_out_percent"],
             direct_memory_percent=row["direct_memory_percent"],
             bundles=bundles,
-        )
-        results.append(Judged(source, load, broker_verdict(load, cfg, recently_unloaded)))
+        ))
+    shedding = shed([load for _, load in loads.values()], cfg, history=state.history,
+                    recently_unloaded=recently, alive=frozenset(ids.values()), now=now)
+    judged = [Judged(loads[v.broker][0], loads[v.broker][1], v) for v in shedding.verdicts]
     whole = _whole(shares)
     return LoadResult(
-        brokers=tuple(sorted(results, key=lambda r: r.broker)),
+        brokers=tuple(sorted([*judged, *unjudged], key=lambda r: r.broker)),
         bundles=tuple(whole),
         splits=tuple(split_candidates(whole, cfg)),
+        strategy=shedding.strategy,
+        skipped=shedding.skipped,
+        recently_unloaded=recently,
+        state=LoadState(shedding.history, moves),
     )

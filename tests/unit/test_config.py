@@ -27,6 +27,7 @@ from exporter.config.model import (
     LoadManager,
     ResourceGroup,
     RetentionPolicy,
+    SheddingStrategy,
 )
 from exporter.config.units import format_duration, format_size
 
@@ -257,6 +258,64 @@ def test_zero_sessions_turns_the_sessions_split_check_off_as_in_pulsar() -> None
     assert c.load_manager.bundle_max_sessions == 0
 
 
+def test_load_manager_defaults_are_pulsar_4_0s() -> None:
+    # ServiceConfiguration / broker.conf of Pulsar 4.0.8
+    d = parse(minimal(), FILE).load_manager
+    assert d.load_shedding_strategy is SheddingStrategy.THRESHOLD  # since 2.10
+    assert (d.shedding_enabled, d.shedding_interval, d.shedding_grace_period) == (
+        True, 60.0, 1800.0)
+    assert (d.cpu_resource_weight, d.direct_memory_resource_weight,
+            d.bandwidth_in_resource_weight, d.bandwidth_out_resource_weight) == (1, 0, 1, 1)
+    assert (d.broker_threshold_shedder_percentage, d.history_resource_percentage) == (10, 0.9)
+    assert d.bundle_unload_min_throughput_threshold == 10 * 2**20
+    assert d.lower_boundary_shedding_enabled is False
+    assert (d.msg_rate_difference_shedder_threshold,
+            d.msg_throughput_multiplier_difference_shedder_threshold) == (50, 4)
+    assert (d.max_unload_percentage, d.max_unload_bundle_num_per_shedding) == (0.2, -1)
+    assert (d.min_unload_message, d.min_unload_message_throughput) == (1000, 2**20)
+
+
+@pytest.mark.parametrize(("name", "strategy"), [
+    ("threshold", SheddingStrategy.THRESHOLD),
+    ("ThresholdShedder", SheddingStrategy.THRESHOLD),
+    ("org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder", SheddingStrategy.THRESHOLD),
+    ("uniform", SheddingStrategy.UNIFORM),
+    ("UniformLoadShedder", SheddingStrategy.UNIFORM),
+    ("org.apache.pulsar.broker.loadbalance.impl.UniformLoadShedder", SheddingStrategy.UNIFORM),
+    ("overload", SheddingStrategy.OVERLOAD),
+    ("OverloadShedder", SheddingStrategy.OVERLOAD),
+    ("org.apache.pulsar.broker.loadbalance.impl.OverloadShedder", SheddingStrategy.OVERLOAD),
+])
+def test_shedding_strategy_takes_pulsars_class_names(name: str,
+                                                     strategy: SheddingStrategy) -> None:
+    c = parse(merged(minimal(), {"load_manager": {"load_shedding_strategy": name}}), FILE)
+    assert c.load_manager.load_shedding_strategy is strategy
+    assert strategy.pulsar_class.endswith(name) or name == strategy.value
+
+
+def test_load_manager_takes_broker_conf_values() -> None:
+    c = parse(merged(minimal(), {"load_manager": {
+        "shedding_grace_period": 0,  # loadBalancerSheddingGracePeriodMinutes=0
+        "shedding_interval": "2m",
+        "bundle_unload_min_throughput_threshold": "5MiB/s",
+        "min_unload_message_throughput": 0,
+        "history_resource_percentage": 0,
+        "msg_rate_difference_shedder_threshold": -1,  # ≤ 0: off, as in Pulsar
+        "max_unload_bundle_num_per_shedding": 3,
+        "direct_memory_resource_weight": 1.5,
+        "lower_boundary_shedding_enabled": True,
+        "shedding_enabled": False,
+    }}), FILE).load_manager
+    assert (c.shedding_grace_period, c.shedding_interval) == (0.0, 120.0)
+    assert c.bundle_unload_min_throughput_threshold == 5 * 2**20
+    assert c.min_unload_message_throughput == 0
+    assert c.history_resource_percentage == 0.0
+    assert c.msg_rate_difference_shedder_threshold == -1
+    assert c.max_unload_bundle_num_per_shedding == 3
+    assert c.direct_memory_resource_weight == 1.5
+    assert c.lower_boundary_shedding_enabled and not c.shedding_enabled
+
+
 def test_namespace_binding_may_sit_under_another_groups_tenant() -> None:
     c = parse(
         merged(
@@ -468,6 +527,87 @@ CASES = [
         {"load_manager": {"bundle_max_bandwidth": "100Mbps"}},
         "load_manager.bundle_max_bandwidth",
         "unknown size unit 'Mbps'",
+    ),
+    (
+        {"load_manager": {"load_shedding_strategy": "tresholdShedder"}},
+        "load_manager.load_shedding_strategy",
+        "unknown load shedding strategy 'tresholdShedder' (did you mean 'ThresholdShedder'?)",
+    ),
+    (
+        {"load_manager": {"load_shedding_strategy": "round-robin"}},
+        "load_manager.load_shedding_strategy",
+        "(expected one of threshold, uniform, overload, or Pulsar's class name",
+    ),
+    (
+        {"load_manager": {"load_shedding_strategy":
+                          "org.apache.pulsar.broker.loadbalance.impl.AvgShedder"}},
+        "load_manager.load_shedding_strategy",
+        "is not modelled; use one of threshold, uniform, overload",
+    ),
+    (
+        {"load_manager": {"load_shedding_strategy": ["threshold"]}},
+        "load_manager.load_shedding_strategy",
+        "expected one of threshold, uniform, overload (or Pulsar's class name), found a list",
+    ),
+    (
+        {"load_manager": {"shedding_enabled": "false"}},
+        "load_manager.shedding_enabled",
+        "expected true or false",
+    ),
+    (
+        {"load_manager": {"shedding_grace_period": "-30m"}},
+        "load_manager.shedding_grace_period",
+        "must not be negative",
+    ),
+    (
+        {"load_manager": {"shedding_interval": 0}},
+        "load_manager.shedding_interval",
+        "must be longer than 0",
+    ),
+    (
+        {"load_manager": {"cpu_resource_weight": -1}},
+        "load_manager.cpu_resource_weight",
+        "must be at least 0",
+    ),
+    (
+        {"load_manager": {"broker_threshold_shedder_percentage": 110}},
+        "load_manager.broker_threshold_shedder_percentage",
+        "percentage from 0 to 100",
+    ),
+    (
+        {"load_manager": {"history_resource_percentage": 90}},
+        "load_manager.history_resource_percentage",
+        "must be a fraction from 0 to 1 as in broker.conf (0.9 = 90 %), found 90",
+    ),
+    (
+        {"load_manager": {"max_unload_percentage": 1.5}},
+        "load_manager.max_unload_percentage",
+        "must be a fraction from 0 to 1",
+    ),
+    (
+        {"load_manager": {"bundle_unload_min_throughput_threshold": "10Mbit"}},
+        "load_manager.bundle_unload_min_throughput_threshold",
+        "unknown size unit 'Mbit'",
+    ),
+    (
+        {"load_manager": {"max_unload_bundle_num_per_shedding": -2}},
+        "load_manager.max_unload_bundle_num_per_shedding",
+        "must be at least -1 (-1 means no limit)",
+    ),
+    (
+        {"load_manager": {"min_unload_message": 1.5}},
+        "load_manager.min_unload_message",
+        "expected an integer",
+    ),
+    (
+        {"load_manager": {"msg_throughput_multiplier_difference_shedder_threshold": "4x"}},
+        "load_manager.msg_throughput_multiplier_difference_shedder_threshold",
+        "expected a number",
+    ),
+    (
+        {"load_manager": {"load_shedding_stratgy": "threshold"}},
+        "load_manager.load_shedding_stratgy",
+        "unknown key (did you mean 'load_shedding_strategy'?)",
     ),
     ({"exposition": {"listen": "10049"}}, "exposition.listen", "expected host:port"),
     ({"exposition": {"listen": "host:99999"}}, "exposition.listen", "expected host:port"),

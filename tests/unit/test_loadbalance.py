@@ -1,5 +1,7 @@
 """Load verdicts against Pulsar's load-balance docs and its OverloadShedder / bundle-split
-semantics."""
+semantics (Pulsar 4.0.8: `OverloadShedder`, `LocalBrokerData.getMaxResourceUsageWithWeight`,
+`NamespaceService.isSLAOrHeartbeatNamespace`). ThresholdShedder and UniformLoadShedder:
+test_shedders.py."""
 
 from __future__ import annotations
 
@@ -13,11 +15,14 @@ from exporter.engine.loadbalance import (
     BundleStats,
     Resource,
     ShedOutcome,
+    ShedReason,
     SplitReason,
     broker_verdict,
+    is_system_namespace,
     split_candidates,
     split_reasons,
     usage_percent,
+    weighted_usage,
 )
 
 CFG = LoadManager()  # broker.conf defaults: 85 % threshold, 5 % margin, 1000/1000/30000/100 MB
@@ -101,18 +106,44 @@ def test_usage_equal_to_threshold_is_overloaded_like_pulsar():
 @pytest.mark.parametrize(
     ("field", "resource"),
     [
-        ("memory_percent", Resource.MEMORY),
-        ("direct_memory_percent", Resource.DIRECT_MEMORY),
         ("bandwidth_in_percent", Resource.BANDWIDTH_IN),
         ("bandwidth_out_percent", Resource.BANDWIDTH_OUT),
     ],
 )
-def test_each_resource_alone_can_overload(field: str, resource: Resource):
+def test_each_weighed_resource_alone_can_overload(field: str, resource: Resource):
     bundles = (bundle(0, throughput_in=10), bundle(1, throughput_in=10))
     verdict = broker_verdict(load(cpu=10.0, bundles=bundles, **{field: 90.0}), CFG)
     assert verdict.overloaded
+    assert verdict.reason is ShedReason.OVERLOADED
     assert verdict.resource is resource
-    assert verdict.shed_fraction == pytest.approx(0.10)
+    assert verdict.shed_fraction == pytest.approx(0.10)  # 0.90 − 0.85 + 0.05
+
+
+def test_memory_is_not_weighed_and_direct_memory_weighs_zero_by_default():
+    # Pulsar 4.0.8: getMaxResourceUsageWithWeight(cpu, directMemory, bwIn, bwOut) has no
+    # memory term at all, and loadBalancerDirectMemoryResourceWeight defaults to 0:
+    # 99 % memory and 99 % direct memory leave a broker at max(10, 0, 10, 10) = 10 %.
+    bundles = (bundle(0, throughput_in=10), bundle(1, throughput_in=10))
+    broker = load(cpu=10.0, bundles=bundles, memory_percent=99.0, direct_memory_percent=99.0)
+    verdict = broker_verdict(broker, CFG)
+    assert not verdict.overloaded
+    assert (verdict.resource, verdict.max_usage_percent) == (Resource.CPU, 10.0)
+    assert broker.max_usage() == (Resource.MEMORY, 99.0)  # the observation keeps it
+    # With weight 1 direct memory counts: 99 × 1 ≥ 85, sheds 0.99 − 0.85 + 0.05 = 0.19.
+    weighed = broker_verdict(broker, LoadManager(direct_memory_resource_weight=1.0))
+    assert weighed.resource is Resource.DIRECT_MEMORY
+    assert weighed.shed_fraction == pytest.approx(0.19)
+
+
+def test_weights_scale_each_resource():
+    # cpu 60 × 1.5 = 90, bandwidth in 80 × 0.5 = 40, out 70 × 1 = 70 → 90 % (cpu)
+    cfg = LoadManager(cpu_resource_weight=1.5, bandwidth_in_resource_weight=0.5)
+    broker = load(cpu=60.0, bandwidth_in_percent=80.0, bandwidth_out_percent=70.0)
+    assert weighted_usage(broker, cfg) == (Resource.CPU, 90.0)
+    # weight 0 everywhere: every term is 0 and the first (cpu) names the maximum
+    zero = LoadManager(cpu_resource_weight=0, bandwidth_in_resource_weight=0,
+                       bandwidth_out_resource_weight=0)
+    assert weighted_usage(broker, zero) == (Resource.CPU, 0.0)
 
 
 def test_unknown_direct_memory_is_left_out():
@@ -124,7 +155,9 @@ def test_unknown_direct_memory_is_left_out():
         Resource.BANDWIDTH_IN,
         Resource.BANDWIDTH_OUT,
     ]
-    assert broker_verdict(broker, CFG).resource is Resource.MEMORY
+    # memory (30) is observed, not weighed: cpu 20 is the maximum
+    assert broker_verdict(broker, CFG).resource is Resource.CPU
+    assert weighted_usage(broker, LoadManager(direct_memory_resource_weight=5.0))[1] == 20.0
 
 
 def test_tie_names_the_first_resource_in_pulsar_order():
@@ -168,6 +201,32 @@ def test_recently_unloaded_bundles_are_skipped_but_count_against_sole_bundle():
     )
     assert verdict.outcome is ShedOutcome.ALL_RECENTLY_UNLOADED
     assert verdict.unload == ()
+
+
+@pytest.mark.parametrize(("namespace", "system"), [
+    ("pulsar/broker-1.example:8080", True),  # heartbeat, v2 name
+    ("pulsar/prod/broker-1.example:8080", True),  # heartbeat, v1 name
+    ("sla-monitor/prod/broker-1.example:8080", True),
+    ("pulsar/system", False),  # no host:port
+    ("pulsar/prod/system", False),
+    ("tenant/broker:8080", False),
+])
+def test_system_namespaces_follow_pulsars_patterns(namespace: str, system: bool):
+    assert is_system_namespace(namespace) is system
+
+
+def test_heartbeat_bundles_count_as_owned_but_are_never_picked():
+    # LoadData.getBundleDataForLoadShedding drops heartbeat / SLA bundles, while the
+    # sole-bundle rule counts LocalBrokerData.getBundles(), heartbeat included.
+    beat = BundleStats("pulsar/b1:8080/0x00000000_0xffffffff", "b1", 1, 0, 0, 0, 0, 9e9, 0)
+    user = bundle(0, throughput_in=100)
+    verdict = broker_verdict(load(cpu=99.0, bundles=(beat, user)), CFG)
+    assert verdict.outcome is ShedOutcome.UNLOAD
+    assert verdict.unload == (user.name,)
+    only_beats = (beat, BundleStats("pulsar/prod/b1:8080/0x00000000_0xffffffff", "b1",
+                                    1, 0, 0, 0, 0, 0, 0))
+    verdict = broker_verdict(load(cpu=99.0, bundles=only_beats), CFG)
+    assert verdict.outcome is ShedOutcome.NO_ELIGIBLE_BUNDLE and verdict.unload == ()
 
 
 def test_idle_broker_still_unloads_one_bundle():
@@ -217,9 +276,9 @@ def test_shedding_laws(traffic: list[float], cpu: float, memory: float, recent: 
     bundles = tuple(bundle(i, throughput_in=t) for i, t in enumerate(traffic))
     recently = frozenset(bundles[i].name for i in recent if i < len(bundles))
     verdict = broker_verdict(load(cpu=cpu, memory_percent=memory, bundles=bundles), CFG, recently)
-    peak = max(cpu, memory, 10.0)
+    peak = max(cpu, 10.0)  # memory is not weighed; bandwidth in/out are 10
     assert verdict.max_usage_percent == peak
-    assert verdict.overloaded == (peak >= CFG.overload_threshold_percent)
+    assert verdict.overloaded == (peak / 100 >= CFG.overload_threshold_percent / 100)
     if not verdict.overloaded:
         assert verdict.unload == ()
         return

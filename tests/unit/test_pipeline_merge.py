@@ -14,7 +14,7 @@ own formulas (tests/harness/synthetic.py), never from the code under test.
 import pyarrow as pa
 import pytest
 
-from exporter.config.model import LoadManager, ResourceGroup
+from exporter.config.model import LoadManager, ResourceGroup, SheddingStrategy
 from exporter.engine.loadbalance import Resource, ShedOutcome
 from exporter.engine.loadview import Judged, Unjudged, UsageGap, evaluate_load
 from exporter.pipeline import slices
@@ -334,10 +334,19 @@ def test_fixture_verdicts_end_to_end(single):
     result = evaluate_load(single, None, LoadManager())
     apache = result.broker("apache:80")
     assert isinstance(apache, Judged)
-    # memory 85.546875 % is the highest usage, over the default 85 % threshold
-    assert apache.verdict.resource is Resource.MEMORY
-    assert apache.verdict.overloaded
-    assert apache.verdict.shed_fraction == pytest.approx((85.546875 - 85 + 5) / 100)
+    # Pulsar 4.0 weighs cpu, direct memory (weight 0 by default) and bandwidth, not memory:
+    # memory 85.546875 % is the highest usage observed, cpu 4.397256e-5 % the weighted one.
+    assert apache.load.max_usage() == (Resource.MEMORY, 85.546875)
+    assert apache.verdict.resource is Resource.CPU
+    # ThresholdShedder (the default) with one judged broker: its usage is the average.
+    assert not apache.verdict.overloaded
+    # OverloadShedder, direct memory weighed 50: 1.953125 × 50 = 97.65625 % ≥ 85 %,
+    # share 0.9765625 − 0.85 + 0.05; the lite broker makes two alive brokers.
+    cfg = LoadManager(load_shedding_strategy=SheddingStrategy.OVERLOAD,
+                      direct_memory_resource_weight=50.0)
+    apache = evaluate_load(single, None, cfg).broker("apache:80")
+    assert apache.verdict.resource is Resource.DIRECT_MEMORY
+    assert apache.verdict.shed_fraction == pytest.approx(0.9765625 - 0.85 + 0.05)
     # its only bundle is prop/ns-abc1 as a whole: Pulsar never sheds a sole bundle
     assert [b.name for b in apache.load.bundles] == ["prop/ns-abc1/0x00000000_0xffffffff"]
     assert apache.verdict.outcome is ShedOutcome.SOLE_BUNDLE
