@@ -14,6 +14,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from exporter.actions.orders import EvictionFailure
+from exporter.config.model import Allocator
 from exporter.engine.quotas import QuotaType
 from exporter.sources.model import ScrapeError
 from exporter.transport.codec import WireReject
@@ -60,6 +61,7 @@ SCRAPE_ERROR_REASONS = _values(ScrapeError)
 REPORT_REJECT_REASONS = _values(WireReject, PeerReject, SignatureReject)
 BROKER_REPORT_REJECT_REASONS = _values(WireError)
 EVICTION_FAILURE_REASONS = _values(EvictionFailure)
+ALLOCATORS = _values(Allocator)
 TOPIC_DROP_REASONS = ("filtered", "max_topics")
 STAGES = ("collect", "pipeline", "engine", "actions", "record", "transport", "publish")
 CHECK_DURATION_BUCKETS = (
@@ -193,18 +195,34 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("pulsar_resource_group_broker_reported_messages_total", C,
        "Messages the group used on `broker`, as that broker reported it to the others.",
        (*_RG, "broker"), U.NONE, R),
+    _m("pulsar_resource_group_broker_local_quota_messages_per_second", G,
+       "The local quota the broker `participant` computes for itself, messages per second: "
+       "the brokers' own split, computed here from their PIP-82 reports; the brokers "
+       "enforce, we publish. allocator=pulsar is Pulsar's computeLocalQuota, what the broker "
+       "adds to its pulsar_resource_group_calculated_messages_quota each round; "
+       "allocator=fair is the fair allocator over the same usage (a what-if). Absent "
+       "while it cannot be known, and for no limit.",
+       (*_RGP, "allocator"), U.MESSAGES_PER_SECOND, R,
+       known_values=MappingProxyType({"allocator": ALLOCATORS})),
+    _m("pulsar_resource_group_broker_local_quota_bytes_per_second", G,
+       "The local quota the broker `participant` computes for itself, bytes per second: "
+       "the brokers' own split, computed here from their PIP-82 reports; the brokers "
+       "enforce, we publish (allocator as for messages; pulsar = the broker's "
+       "pulsar_resource_group_calculated_bytes_quota increment).",
+       (*_RGP, "allocator"), U.BYTES_PER_SECOND, R,
+       known_values=MappingProxyType({"allocator": ALLOCATORS})),
     # --- load (Pulsar's load manager rules) -------------------------------------------
     _m("pulsar_load_broker_resource_usage_ratio", G,
        "Broker resource usage (cpu, memory, bandwidth_in, bandwidth_out) as a fraction "
        "of its limit.",
        ("cluster", "broker", "resource"), U.RATIO, L),
     _m("pulsar_load_broker_overloaded", G,
-       "1 when the broker's highest resource usage is at or above the overload threshold "
-       "(Pulsar sheds at it).",
+       "1 when the shedder the brokers run (load_manager.load_shedding_strategy) would "
+       "pick this broker to shed from.",
        ("cluster", "broker"), U.NONE, L),
     _m("pulsar_load_broker_shed_ratio", G,
-       "Fraction of the broker's traffic the load manager would shed: "
-       "(usage - threshold) + margin.",
+       "Fraction of the broker's traffic (msg rate or throughput, for the uniform shedder) "
+       "the load manager would shed.",
        ("cluster", "broker"), U.RATIO, L),
     _m("pulsar_load_bundle_unload_candidate", G,
        "1 for a bundle the load manager would unload from its overloaded broker "

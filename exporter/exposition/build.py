@@ -16,6 +16,7 @@ from exporter import __version__
 from exporter.catalogue import CHECK_DURATION_BUCKETS
 from exporter.config.model import RetentionPolicy
 from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
+from exporter.engine.brokersplits import Quota, Splits
 from exporter.engine.decide import Decisions, GroupResult
 from exporter.exposition.build_load import add_load
 from exporter.exposition.metricset import HistogramValue, MetricSet, MetricSetBuilder
@@ -208,12 +209,29 @@ def _add_broker_reports(b: MetricSetBuilder, cluster: str, view: BrokerReportsVi
         b.add("pulsar_quota_exporter_broker_reports_rejected_total", (cluster, reason.value), n)
 
 
+def _add_broker_splits(b: MetricSetBuilder, cluster: str, splits: Splits) -> None:
+    """Each broker's own quota as it computes it (and `fair`'s): absent while unknown
+    (`Unknowable`), for no limit (-1) and where Pulsar's calculator throws."""
+    for q in splits.splits:
+        if not isinstance(q, Quota):
+            continue
+        key = (cluster, q.resource_group, q.monitoring_class.value, q.broker)
+        pulsar = (q.pulsar.messages, q.pulsar.bytes) if q.pulsar else (-1, -1)
+        for allocator, values in (("pulsar", pulsar), ("fair", (q.fair_messages, q.fair_bytes))):
+            for unit, v in zip(("messages", "bytes"), values, strict=True):
+                if _finite(v) and v >= 0:
+                    b.add(f"pulsar_resource_group_broker_local_quota_{unit}_per_second",
+                          (*key, allocator), v)
+
+
 def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[SourceHealth],
           tallies: Tallies, participant: str,
-          broker_reports: BrokerReportsView | None = None) -> MetricSet:
+          broker_reports: BrokerReportsView | None = None,
+          broker_splits: Splits | None = None) -> MetricSet:
     """The whole /metrics content of one cycle. `decisions` is None when the pipeline
     failed: the exporter's own series are still published. `broker_reports`: what the
-    brokers' own PIP-82 reports said, when they are read."""
+    brokers' own PIP-82 reports said, when they are read; `broker_splits`: each broker's
+    quota computed from them (engine/brokersplits.py)."""
     c = facts.cluster
     b = MetricSetBuilder()
     b.seed_counters(cluster=c)
@@ -268,6 +286,8 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     _add_health(b, c, health, tallies, facts.now)
     if broker_reports is not None:
         _add_broker_reports(b, c, broker_reports)
+    if broker_splits is not None:
+        _add_broker_splits(b, c, broker_splits)
     for stage, seconds in facts.stage_seconds.items():
         b.add("pulsar_quota_exporter_cycle_stage_duration_seconds", (c, stage), seconds)
     if facts.last_success_at is not None:

@@ -23,6 +23,7 @@ from exporter.actions.orders import Evictor
 from exporter.actions.plan import Enforcement, consumers_seen
 from exporter.config.model import Config, ResourceGroup
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
+from exporter.engine.brokersplits import Splits
 from exporter.engine.decide import Decider, Decisions
 from exporter.engine.groups import effective_groups
 from exporter.engine.usage import EntryRejected
@@ -32,11 +33,17 @@ from exporter.exposition.status import view
 from exporter.pipeline.merge import merge
 from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.record.store import Recorder
-from exporter.runtime.assembly import admin_side_for, broker_reports_for, exchange_for
+from exporter.runtime.assembly import (
+    admin_side_for,
+    broker_reports_for,
+    broker_splits_for,
+    exchange_for,
+    splits_report,
+)
 from exporter.runtime.exchange import UsageExchange, from_wire
 from exporter.server.http import PublishedState
 from exporter.sources.adminside import SnapshotSource
-from exporter.sources.brokerreports import BrokerReports
+from exporter.sources.brokerreports import BrokerReports, BrokerReportsView
 from exporter.sources.model import Snapshot
 from exporter.transport.codec import WireReport
 
@@ -88,6 +95,9 @@ class Exporter:
         self.broker_reports = broker_reports  # the brokers' own PIP-82 reports, read-only
         if broker_reports is None and participate:
             self.broker_reports = broker_reports_for(config)
+        # every broker's own quota, computed from those reports (the brokers enforce)
+        self.broker_splits = (broker_splits_for(config) if self.broker_reports is not None
+                              else None)
         self._tally_lock = threading.Lock()  # the exchange thread counts too
         self._cancelled = False
         self.config_file = config_file
@@ -137,6 +147,8 @@ class Exporter:
         t0 = time.perf_counter()
         if self._publish_seconds is not None:  # the previous publication's: this one is not over
             stages["publish"] = self._publish_seconds
+        reports = self.broker_reports.take(now) if self.broker_reports else None
+        splits = self._broker_splits(reports, snapshot, now)
         with self._tally_lock:
             if self.tallies.exchange_seconds is not None:
                 stages["transport"] = self.tallies.exchange_seconds
@@ -148,8 +160,7 @@ class Exporter:
                                max_topics=self.config.filters.max_topics,
                                record_bytes=self.recorder.bytes if self.recorder else None)
             metrics = build(facts, decisions, snapshot.health, self.tallies,
-                            self.decider.participant,
-                            self.broker_reports.take(now) if self.broker_reports else None)
+                            self.decider.participant, reports, splits)
         body = render(metrics, topic_level=self.config.exposition.topic_level)
         body += process_body()
         status = view(self.config.cluster, now, decisions, snapshot.health, stages)
@@ -158,6 +169,23 @@ class Exporter:
         self.state.publish(body, status, degraded=degraded)
         self._publish_seconds = time.perf_counter() - t0
         return CycleReport(snapshot, decisions, status, body)
+
+    def _broker_splits(self, reports: BrokerReportsView | None, snapshot: Snapshot,
+                       now: float) -> Splits | None:
+        """Every broker's quota as it computes it, after this take's reports, under the
+        limits the brokers have: Pulsar's groups when the admin side read them (the YAML's
+        for any it lacks)."""
+        if reports is None or self.broker_splits is None:
+            return None
+        pulsar = snapshot.admin.resource_groups if snapshot.admin is not None else None
+        try:
+            for received in reports.reports:
+                self.broker_splits.accept(splits_report(received))
+            return self.broker_splits.splits({**self.config.resource_groups, **(pulsar or {})},
+                                             now)
+        except Exception:  # never costs the cycle its publication
+            log.exception("the brokers' quota model failed; their splits are not published")
+            return None
 
     def check(self) -> Checked:
         """Collect, decide, act and record: a cycle but its publication (`replay` runs
@@ -352,3 +380,10 @@ class Exporter:
             if self.broker_reports is not None:
                 self.broker_reports.close()
             self.broker_reports = broker_reports_for(new)
+            self.broker_splits = None  # a new reader: what it hears starts afresh
+        if self.broker_reports is None:
+            self.broker_splits = None
+        elif (self.broker_splits is None
+              or (engine_new.report_interval, new.check_interval)
+              != (engine_old.report_interval, old.check_interval)):
+            self.broker_splits = broker_splits_for(new)

@@ -1,10 +1,14 @@
-"""The brokers' own PIP-82 usage reports, read off their topic and summed per broker.
+"""The brokers' own PIP-82 usage reports, read off their topic: summed per broker, and
+handed on one by one.
 
 Apache Pulsar brokers tell each other what each resource group used on them since their
 last report (`ResourceUsageTopicTransportManager`, decoded by `transport/pulsarwire.py`).
 Reading that topic shows a group's usage as the brokers themselves account it, per broker:
 the same numbers each broker adds to its `pulsar_resource_group_remote_usage_*_used`
 counters, so the sums here equal those counters' increments over the same reports.
+Each take also hands on the reports it decoded, in arrival order with the take's time
+(`ReceivedReport`): the brokers' quota model (engine/brokersplits.py) needs every report,
+a suppressed class included, not only the sums.
 
 Read-only: we never publish there (our own reports have their own topic, configmodel
 `USAGE_TOPIC`). A non-persistent topic keeps no history, so reports sent while we are not
@@ -22,7 +26,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from exporter.config.model import MonitoringClass
-from exporter.transport.pulsarwire import NetworkUsage, Undecodable, WireError, decode
+from exporter.transport.pulsarwire import (
+    BrokerUsageReport,
+    NetworkUsage,
+    Undecodable,
+    WireError,
+    decode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +57,21 @@ class ReportedUsage:
 
 
 @dataclass(frozen=True)
+class ReceivedReport:
+    """One decoded report and when it was read: the take's time (arrival times are as fine
+    as the takes are frequent)."""
+
+    at: float
+    report: BrokerUsageReport
+
+
+@dataclass(frozen=True)
 class BrokerReportsView:
     usage: tuple[ReportedUsage, ...]
     last_report: tuple[tuple[str, float], ...]  # broker → unix seconds of its last report
     received: int  # reports decoded, since start
     rejected: tuple[tuple[WireError, int], ...]  # every reason, 0 included
+    reports: tuple[ReceivedReport, ...] = ()  # decoded by this take, oldest first
 
 
 class BrokerReports:
@@ -68,6 +88,7 @@ class BrokerReports:
     def take(self, now: float) -> BrokerReportsView:
         refused: Counter[WireError] = Counter()
         example = ""
+        taken: list[ReceivedReport] = []
         for payload in self.channel.drain():
             try:
                 report = decode(payload)
@@ -77,6 +98,7 @@ class BrokerReports:
                 continue
             self._received += 1
             self._last[report.broker] = now
+            taken.append(ReceivedReport(now, report))
             for entry in report.usage:
                 for cls, usage in ((MonitoringClass.PUBLISH, entry.publish),
                                    (MonitoringClass.DISPATCH, entry.dispatch)):
@@ -92,7 +114,8 @@ class BrokerReports:
                         for (group, broker, cls), (b, m) in sorted(self._sums.items())),
             last_report=tuple(sorted(self._last.items())),
             received=self._received,
-            rejected=tuple(self._rejected.items()))
+            rejected=tuple(self._rejected.items()),
+            reports=tuple(taken))
 
     def _add(self, key: tuple[str, str, MonitoringClass], usage: NetworkUsage | None) -> None:
         if usage is None:  # held back by the broker's suppression rule: nothing to add

@@ -114,3 +114,21 @@ def test_made_only_with_a_service_url_and_a_topic_and_read_only():
                               "broker-reports"), "read_only": True}]
     ledger.close()
     assert ledger.channel.closed
+
+
+def test_each_take_hands_on_its_reports_in_order_suppressed_classes_included():
+    ledger, payloads = reports()
+    payloads.waiting += [info("b1", entry("g", field(2, network(100, 1)), field(3, network(7, 2)))),
+                         b"\x0a\x05ab",  # truncated: refused, not handed on
+                         info("b2", entry("g"))]  # suppressed: owner only
+    first = ledger.take(10.0)
+    assert [(r.at, r.report.broker) for r in first.reports] == [(10.0, "b1"), (10.0, "b2")]
+    (b1,), (b2,) = (r.report.usage for r in first.reports)
+    assert (b1.publish.bytes, b1.publish.messages, b1.dispatch.messages) == (100, 1, 2)
+    assert b2.owner == "g" and b2.publish is None and b2.dispatch is None
+    payloads.waiting.append(info("b1", entry("g", field(2, network(5, 5)))))
+    second = ledger.take(20.0)
+    # only what this take read, with its time; the sums still cover both takes
+    assert [(r.at, r.report.broker) for r in second.reports] == [(20.0, "b1")]
+    assert ReportedUsage("g", "b1", P, 105, 6) in second.usage
+    assert ledger.take(30.0).reports == ()

@@ -86,3 +86,13 @@ def test_resource_group_labels_are_snake_case_not_pulsars_camel_case():
 def test_known_values_name_real_labels():
     for m in CATALOGUE:
         assert set(m.known_values) <= set(m.labels), m.name
+
+
+def test_the_brokers_own_splits_say_who_enforces_and_which_allocator():
+    for unit in ("messages", "bytes"):
+        m = BY_NAME[f"pulsar_resource_group_broker_local_quota_{unit}_per_second"]
+        assert m.labels == ("cluster", "resource_group", "monitoring_class", "participant",
+                            "allocator")
+        assert m.known_values["allocator"] == ("pulsar", "fair")
+        assert "the brokers enforce, we publish" in m.help
+        assert f"pulsar_resource_group_calculated_{unit}_quota" in m.help

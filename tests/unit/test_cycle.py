@@ -210,3 +210,41 @@ def test_orders_carry_the_consumers_the_cycle_saw(extra: str, expected: int | No
     exporter, evictor, _ = exporter_for([body(50, extra=extra)], enforce=True)
     exporter.cycle()
     assert [o.consumers for o in evictor.orders] == [expected]
+
+
+def test_the_cycle_publishes_each_brokers_own_quota_from_their_reports():
+    from exporter.sources.brokerreports import BrokerReports
+    from tests.harness.resource_usage_info import entry, field, info, network
+    from tests.unit.test_brokerreports import PayloadsInAList
+
+    config = parse({
+        "cluster": "unit", "check_interval": "10s",
+        "sources": {"brokers": [{"url": URL}], "service_url": "pulsar://127.0.0.1:1"},
+        "resource_groups": {"g": {"publish": {"messages_per_second": 100},
+                                  "namespaces": ["public/sized"]}},
+        "resource_group_engine": {"report_interval": "10s"},
+    }, "cycle.yaml")
+    payloads, clock = PayloadsInAList(), Clock()
+    exporter = Exporter(config, brokers=ScriptedBrokers([body(0), body(0)]),
+                        admin_side=NoAdmin(), evictor=SimulatedEvictor(), clock=clock,
+                        broker_reports=BrokerReports(payloads, stale_after=600.0))
+    b1, b2 = "pulsar://b1:6650", "pulsar://b2:6650"
+    payloads.waiting += [info(b1, entry("g", field(2, network(300, 30)), field(3, network(0, 0)))),
+                         info(b2, entry("g", field(2, network(100, 10)), field(3, network(0, 0))))]
+    name = "pulsar_resource_group_broker_local_quota_messages_per_second"
+
+    def quota(report, broker: str, allocator: str = "pulsar") -> float | None:
+        return sample(report, name, participant=broker, allocator=allocator,
+                      resource_group="g", monitoring_class="publish")
+
+    first = exporter.cycle()
+    # {b1: 30, b2: 10} of 100 msg/s: 30 + 60 × 0.75 = 75 and 10 + 60 × 0.25 = 25
+    assert (quota(first, b1), quota(first, b2)) == (75, 25)
+    assert quota(first, b1, "fair") is not None
+    # bytes: no limit configured (-1): no series
+    assert sample(first, "pulsar_resource_group_broker_local_quota_bytes_per_second",
+                  participant=b1, allocator="pulsar") is None
+    clock.now += 10
+    payloads.waiting.append(info(b1, entry("g")))  # b1 suppressed: its 30 stays
+    second = exporter.cycle()
+    assert (quota(second, b1), quota(second, b2)) == (75, 25)

@@ -320,3 +320,32 @@ def test_renders_100k_series_well_under_a_second():
         best = min(best, time.perf_counter() - t0)
     assert body.count(b"\n") == 100_002
     assert best < 1.0, f"render took {best:.3f}s"
+
+
+# --- the brokers' own splits --------------------------------------------------------------
+def test_each_brokers_split_is_published_per_allocator_and_absent_when_unknown():
+    from exporter.config.model import MonitoringClass
+    from exporter.engine.brokersplits import Counts, Quota, Splits, Unknowable, Unknown
+    from exporter.exposition.build import CycleFacts, Tallies, build
+
+    pub, dis = MonitoringClass.PUBLISH, MonitoringClass.DISPATCH
+    splits = Splits(5.0, (
+        Quota("g", pub, "pulsar://b1:6650", Counts(750, 75), 480.0, 48.0),
+        Quota("g", dis, "pulsar://b1:6650", Counts(-1, -1), -1.0, -1.0),  # no limit
+        Quota("g", pub, "pulsar://b3:6650", None, math.nan, 5.0),  # Pulsar threw
+        Unknowable("g", pub, "pulsar://b2:6650", Unknown.UNHEARD),
+    ))
+    facts = CycleFacts("c", 5.0, {}, None, 60.0, 60.0, 360.0)
+    got = parse(render(build(facts, None, (), Tallies(), "me", None, splits), topic_level=True))
+    units = {f"pulsar_resource_group_broker_local_quota_{u}_per_second": u
+             for u in ("messages", "bytes")}
+    series = {(units[name], dict(labels)["participant"], dict(labels)["monitoring_class"],
+               dict(labels)["allocator"]): v
+              for (name, labels), v in got.items() if name in units}
+    assert series == {
+        ("messages", "pulsar://b1:6650", "publish", "pulsar"): 75,
+        ("bytes", "pulsar://b1:6650", "publish", "pulsar"): 750,
+        ("messages", "pulsar://b1:6650", "publish", "fair"): 48.0,
+        ("bytes", "pulsar://b1:6650", "publish", "fair"): 480.0,
+        ("messages", "pulsar://b3:6650", "publish", "fair"): 5.0,
+    }

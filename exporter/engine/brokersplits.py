@@ -1,0 +1,318 @@
+"""Every broker's resource-group local quota, computed from the brokers' own PIP-82 reports.
+
+The brokers enforce, we publish: one exporter reads the reports every Apache Pulsar broker
+sends (`ResourceUsageTopicTransportManager`) and computes, for each broker, the limit that
+broker computes for itself, and the `fair` allocator's split beside it as a what-if.
+
+Pinned from Pulsar 4.0.8 (`pulsar-broker`, `broker/resourcegroup/`, read off the bytecode),
+P = `resourceUsageTransportPublishIntervalInSecs`:
+- Schedules. `ResourceUsageWriterTask` sends one report every P (fixed rate from the
+  transport manager's creation, i.e. broker start), named by `getBrokerServiceUrl()`, with
+  an entry per registered group; `calculateQuotaForAllResourceGroups` runs every P on its own
+  timer (`maybeStartSchedulers`: from the first tenant/namespace registration). Unrelated
+  phases: a quota round sees whichever reports have arrived.
+- Report. `ResourceGroup.setUsageInMonitoredEntity` puts the usage counted since the last
+  fill, per class, and resets it; when `needToReportLocalUsage` says no (drift ≤ 5 %, and
+  less than 5 × P ms since the last *sent* report) the class is left out: an entry with its
+  owner only. Usage not reported is never sent later.
+- Map. `ResourceUsageReader` reads the topic from `latest` (each broker its own reports
+  too) and drops a whole report older than 2 × P at receipt ("Stale resource usage msg");
+  `rgResourceUsageListener` → `getUsageFromMonitoredEntity` overwrites
+  `usageFromOtherBrokers[broker]` with each class the report carries. A left-out class keeps
+  the previous value. No entry ever expires: `lastResourceUsageReadTimeMSecsSinceEpoch` is
+  written, never read, so a dead broker's last usage counts until the reader restarts.
+- My usage (`getLocalUsageStatsFromBrokerReports`): the broker's own entry in that map, the
+  value of its last non-suppressed report as read back off the topic (0 before one), not
+  its live count. All usages (`getGlobalUsageStats`): the `long` sum of every entry, its
+  own included, however old, passed as one element to `computeLocalQuota`.
+- Quota (`ResourceQuotaCalculatorImpl.computeLocalQuota`, `pulsarcalc.compute_local_quota`)
+  per group × class, bytes then messages, configured = the group's `publishRateInBytes` …
+  `dispatchRateInMsgs` (null → -1). Each round adds each result ≥ 0 to
+  `pulsar_resource_group_calculated_{bytes,messages}_quota{ResourceGroup, MonitoringClass}`
+  (exposed with `_total`); -1 (no limit) adds nothing; an exception (a negative usage or a
+  wrapped sum) adds nothing for that class. Both classes are counted; only Publish reaches
+  the limiter (`updateLocalQuota` returns null for Dispatch). Unit: configured × my/total
+  (as my + (configured − total) × my/total), so the configured rate's, per second; the
+  usage counts, per P, only enter as a ratio.
+
+What we model: one map per group × class of the last value each broker sent, and per
+broker since when it listens. A broker first heard a period after we began listening
+started then (its first report comes P after its reader opens); one silent for over a
+period while others spoke, then sending a full report (a fresh broker's first fill always
+reports), restarted. Either holds only values sent since. A broker that may hold a value
+sent before we listened, or about when it began to (within the slack), is `Unknown`: no
+number rather than a wrong one. Not modelled: the 2 × P drop (we see no publish times; a
+healthy cluster delivers in milliseconds), a group deleted and re-created. Silent for
+`silent_after`, a broker is no longer a participant; its values go once no live broker can
+hold them. A period with no report from anyone (we were cut off, or every broker went):
+we start over, as if we had just begun to listen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from exporter.config.model import MonitoringClass, ResourceGroup
+from exporter.engine.allocators import Observed, fair_shares
+from exporter.engine.pulsarcalc import compute_local_quota
+
+CLASSES = (MonitoringClass.PUBLISH, MonitoringClass.DISPATCH)
+_DIMENSIONS = ("bytes", "messages")
+
+
+def java_long(value: int) -> int:
+    """A protobuf uint64 as the broker's `long` getter returns it (2**63 and above wrap
+    negative, which `computeLocalQuota` then refuses)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+@dataclass(frozen=True)
+class Counts:
+    bytes: int
+    messages: int
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One group in one report; a class is None when the broker left it out (suppressed)."""
+
+    resource_group: str
+    publish: Counts | None = None
+    dispatch: Counts | None = None
+
+    def counts(self, cls: MonitoringClass) -> Counts | None:
+        return self.publish if cls is MonitoringClass.PUBLISH else self.dispatch
+
+
+@dataclass(frozen=True)
+class Report:
+    broker: str  # as the report names it: the broker's service URL
+    at: float  # when it arrived (seconds)
+    entries: tuple[Entry, ...]
+
+
+class Unknown(StrEnum):
+    """Why a broker's quota is not published."""
+
+    NOT_CONFIGURED = "not_configured"  # the group's limits are not known to us
+    UNHEARD = "unheard"  # it may hold a value sent before we listened
+    AMBIGUOUS = "ambiguous"  # a value it may hold arrived about when it started listening
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One broker's quota for one group × class as the broker computes it.
+
+    `pulsar`: `computeLocalQuota`'s longs (-1: no limit), None when it throws (the broker
+    adds nothing and keeps its limit). `fair_*`: the `fair` allocator over the same usages,
+    per second (-1: no limit; NaN: no answer)."""
+
+    resource_group: str
+    monitoring_class: MonitoringClass
+    broker: str
+    pulsar: Counts | None
+    fair_bytes: float
+    fair_messages: float
+
+    @property
+    def increment(self) -> Counts:
+        """What this round adds to the broker's `pulsar_resource_group_calculated_*`."""
+        p = self.pulsar or Counts(-1, -1)
+        return Counts(max(p.bytes, 0), max(p.messages, 0))
+
+
+@dataclass(frozen=True)
+class Unknowable:
+    resource_group: str
+    monitoring_class: MonitoringClass
+    broker: str
+    reason: Unknown
+
+
+Split = Quota | Unknowable
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Every live broker's split of every group it reports, as of `at`."""
+
+    at: float
+    splits: tuple[Split, ...]
+
+    def get(self, broker: str, group: str, cls: MonitoringClass) -> Split | None:
+        return next((s for s in self.splits if (s.broker, s.resource_group, s.monitoring_class)
+                     == (broker, group, cls)), None)
+
+
+def increments_between(history: Sequence[Splits], broker: str, group: str,
+                       cls: MonitoringClass, after: float, until: float,
+                       ) -> frozenset[Counts | None]:
+    """What `broker` may have added to its calculated-quota counters in a quota round run in
+    (after, until]. `history`: `splits()` after each accepted report, oldest first, each in
+    force until the next; one value per state in force in the window, None for one we could
+    not know (or where the broker had no quota)."""
+    out: set[Counts | None] = set()
+    for i, state in enumerate(history):
+        ends = history[i + 1].at if i + 1 < len(history) else math.inf
+        if state.at <= until and ends > after:
+            split = state.get(broker, group, cls)
+            out.add(split.increment if isinstance(split, Quota) else None)
+    return frozenset(out)
+
+
+@dataclass
+class _Broker:
+    last: float  # its last report
+    seq: int  # reports accepted (from anyone) when its last came in
+    since: float | None  # listening since; None: before we did (it heard all we heard)
+
+
+@dataclass(frozen=True)
+class _Value:
+    counts: Counts
+    at: float
+
+
+class BrokerSplits:
+    """The brokers' PIP-82 state, fed report by report (`accept`), read by `splits`.
+
+    `period`: the brokers' report interval P (seconds); `silent_after`: a broker silent that
+    long is no longer a participant; `resolution`: how coarse the arrival times are (the
+    check interval when reports are drained once per cycle). Not thread-safe."""
+
+    def __init__(self, period: float, *, silent_after: float, resolution: float = 0.0):
+        if not (period > 0 and silent_after > 0 and resolution >= 0):
+            raise ValueError("period and silent_after must be > 0, resolution ≥ 0")
+        self.period, self.silent_after = period, silent_after
+        self.slack = resolution + 0.05 * period
+        self._brokers: dict[str, _Broker] = {}
+        self._values: dict[tuple[str, MonitoringClass, str], _Value] = {}
+        self._named: dict[str, set[str]] = {}  # group → brokers whose reports name it
+        self._first: float | None = None  # our first report: we listen since then at least
+        self._last: float | None = None  # the last report from anyone
+        self._seq = 0
+
+    def accept(self, report: Report) -> None:
+        at, name = report.at, report.broker
+        if self._last is not None and at - self._last > self.period + self.slack:
+            self._start_over()  # a period without a report: we were deaf, or all went down
+        self._forget(at)
+        if self._first is None:
+            self._first = at
+        self._last = at
+        seen = self._brokers.get(name)
+        if seen is None:  # new, if we listened a period before and heard nothing from it
+            fresh = at - self._first >= self.period + self.slack
+            seen = self._brokers[name] = _Broker(at, self._seq, at - self.period if fresh else None)
+        elif (at - seen.last > self.period + self.slack and self._seq > seen.seq
+              and all(None not in (e.publish, e.dispatch) for e in report.entries)):
+            seen.since = at - self.period  # silent while others spoke, then a full report
+        self._seq += 1
+        seen.last, seen.seq = at, self._seq
+        for entry in report.entries:
+            self._named.setdefault(entry.resource_group, set()).add(name)
+            for cls in CLASSES:
+                counts = entry.counts(cls)
+                if counts is not None:  # a left-out class keeps the previous value
+                    self._values[(entry.resource_group, cls, name)] = _Value(counts, at)
+
+    def splits(self, groups: Mapping[str, ResourceGroup], now: float) -> Splits:
+        """Each live broker's quota for each group it reports, under `groups` (the limits
+        the brokers have: Pulsar's own resource groups)."""
+        live = self._live(now)
+        out: list[Split] = []
+        for group in sorted(self._named):
+            brokers = sorted(self._named[group] & live)
+            for cls in CLASSES:
+                out += self._split(group, cls, groups.get(group), brokers)
+        return Splits(now, tuple(out))
+
+    # --- one group × class ----------------------------------------------------------------
+    def _split(self, group: str, cls: MonitoringClass, conf: ResourceGroup | None,
+               brokers: list[str]) -> list[Split]:
+        if conf is None:
+            return [Unknowable(group, cls, b, Unknown.NOT_CONFIGURED) for b in brokers]
+        limit = conf.limit(cls)
+        configured = Counts(limit.bytes_per_second, limit.messages_per_second)
+        views = {b: self._view(group, cls, b) for b in brokers}
+        pulsar = {b: _pulsar(configured, b, v) for b, v in views.items() if isinstance(v, dict)}
+        out: list[Split] = []
+        for b, view in views.items():
+            if not isinstance(view, dict):
+                out.append(Unknowable(group, cls, b, view))
+                continue
+            fair = [self._fair(getattr(configured, d), b, view, pulsar, d, cls)
+                    for d in _DIMENSIONS]
+            out.append(Quota(group, cls, b, pulsar[b], *fair))
+        return out
+
+    def _view(self, group: str, cls: MonitoringClass, broker: str) -> dict[str, Counts] | Unknown:
+        """The usage map `broker` holds for the group and class, as far as we can know it."""
+        since = self._brokers[broker].since
+        held: dict[str, Counts] = {}
+        for sender in sorted(self._named[group]):
+            value = self._values.get((group, cls, sender))
+            if value is None:  # only left-out classes heard from it
+                if since is None:
+                    return Unknown.UNHEARD
+                continue
+            if since is None or value.at >= since + self.slack:
+                held[sender] = value.counts
+            elif value.at > since - self.slack:
+                return Unknown.AMBIGUOUS
+        return held
+
+    def _fair(self, quota: int, me: str, view: dict[str, Counts],
+              pulsar: Mapping[str, Counts | None], dimension: str, cls: MonitoringClass) -> float:
+        """`fair` over the same usages per second; the limit a broker runs under is its
+        Pulsar quota (publish only: Pulsar 4.0 throttles no dispatch)."""
+        usages = {**{me: Counts(0, 0)}, **view}
+        reports = {}
+        for sender, counts in usages.items():
+            limit = pulsar.get(sender) if cls is MonitoringClass.PUBLISH else None
+            value = getattr(limit, dimension) if limit is not None else -1
+            reports[sender] = Observed(getattr(counts, dimension) / self.period,
+                                       float(value) if value >= 0 else None)
+        try:
+            return fair_shares(float(quota), reports)[me]
+        except ValueError:  # a usage past a Java long: no answer
+            return math.nan
+
+    # --- liveness and forgetting ----------------------------------------------------------
+    def _live(self, now: float) -> set[str]:
+        return {b for b, s in self._brokers.items() if now - s.last <= self.silent_after}
+
+    def _start_over(self) -> None:
+        """What we knew may be out of date: listen again as if we had just started."""
+        self._brokers, self._values, self._named = {}, {}, {}
+        self._first = None
+
+    def _forget(self, now: float) -> None:
+        """Drop values no live broker can hold any more, then brokers gone with nothing
+        left: bounded by what the live brokers' own maps hold."""
+        live = self._live(now)
+        starts = [self._brokers[b].since for b in live]
+
+        def held(key: tuple[str, MonitoringClass, str], value: _Value) -> bool:
+            return key[2] in live or any(s is None or value.at > s - self.slack for s in starts)
+
+        self._values = {k: v for k, v in self._values.items() if held(k, v)}
+        keep = live | {sender for _, _, sender in self._values}
+        self._brokers = {b: s for b, s in self._brokers.items() if b in keep}
+        self._named = {g: named & keep for g, named in self._named.items() if named & keep}
+
+
+def _pulsar(configured: Counts, me: str, view: Mapping[str, Counts]) -> Counts | None:
+    """`calculateQuotaForAllResourceGroups` for one broker: bytes, then messages."""
+    mine = view.get(me, Counts(0, 0))
+    try:
+        return Counts(
+            compute_local_quota(configured.bytes, mine.bytes, [c.bytes for c in view.values()]),
+            compute_local_quota(configured.messages, mine.messages,
+                                [c.messages for c in view.values()]))
+    except ValueError:  # Pulsar logs it; nothing added this round
+        return None
