@@ -104,6 +104,8 @@ class Decider:
         self.config = config
         self.participant = participant or config.resource_group_engine.participant
         self.ages = AgeTables()
+        # (topic, subscription) → (publish time, backlog) last read from the broker itself
+        self._measured: dict[tuple[str, str], tuple[float, int]] = {}
         self._counters = UsageCounter()
         self._last_at: float | None = None
         self.peer = Participant(self.participant, config.resource_group_engine)
@@ -132,13 +134,18 @@ class Decider:
                      bytes_in: float | None, subs: list[tuple[str, float]],
                      admin: TopicStats | None, admin_at: float, now: float,
                      broker_age: float | None = None,
-                     backlog_bytes: float | None = None) -> TopicBacklogState:
+                     backlog_bytes: float | None = None,
+                     measured: dict[tuple[str, str], tuple[float, int]] | None = None,
+                     ) -> TopicBacklogState:
         """Each subscription's oldest publish time, best source first: the admin REST's
         `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's PIP-323
         gauge `broker_age`, else our age table. The gauge
         (`PersistentTopic.getBestEffortOldestUnacknowledgedMessageAgeSeconds`) is the
         slowest cursor's oldest position as of the last backlog-quota check, so it goes to
-        the subscription with the largest backlog; no estimate of another is older."""
+        the subscription with the largest backlog; no estimate of another is older.
+        A subscription measured by the broker in an earlier cycle and not now keeps that
+        publish time while its backlog has not shrunk (`measured`: this cycle's record)."""
+        measured = {} if measured is None else measured
         admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
         precise = (admin.oldest_backlog_message_subscription
                    if admin and admin.oldest_backlog_message_age_seconds is not None else None)
@@ -166,6 +173,16 @@ class Decider:
                         publish_time = max(publish_time, now - broker_age)
                     elif est.method is Method.LOWER_BOUND:
                         source = TimeSource.LOWER_BOUND
+            if messages > 0 and source in (TimeSource.PRECISE, TimeSource.BROKER):
+                measured[(topic, name)] = (publish_time, messages)
+            elif messages > 0 and (last := self._measured.get((topic, name))) is not None \
+                    and messages >= last[1] and (publish_time is None or publish_time > last[0]):
+                # Measured before, not now: the topic was just loaded again (a bundle moved,
+                # a broker restarted) and its owner has not run its backlog-quota check yet,
+                # while its counters restarted at 0 and reset our age table. A backlog that
+                # has not shrunk still holds that oldest message, as far as we can tell.
+                publish_time, source = last[0], TimeSource.ESTIMATED
+                measured[(topic, name)] = last
             states.append(SubscriptionBacklog(name, messages, size, publish_time, source))
         return TopicBacklogState(topic, namespace, tuple(states), avg)
 
@@ -177,6 +194,7 @@ class Decider:
         quotas = self.config.backlog_quotas
         pulsar = admin.quotas if admin else None
         decisions, max_age = [], {}
+        measured: dict[tuple[str, str], tuple[float, int]] = {}
         topics, namespaces, msg_in, bytes_in, ages, backlog_bytes = _columns(
             agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
                          "backlog_age_seconds", "backlog_size_bytes"))
@@ -193,12 +211,14 @@ class Decider:
             # The broker prints -1 until its backlog-quota check has measured the age.
             broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
             state = self._topic_state(topic, ns, published, bytes_f, subs.get(topic, []),
-                                      stats.get(topic), admin_at, now, broker_age, size)
+                                      stats.get(topic), admin_at, now, broker_age, size,
+                                      measured)
             decision = check(state, quotas, now, pulsar)
             decisions.append(decision)
             if decision.backlog_age_seconds is not None:
                 max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)
         self.ages.retain(topics)
+        self._measured = measured  # only topics seen this cycle: bounded like the age tables
         return tuple(decisions), max_age
 
     # --- resource groups ------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""A broker's last good tables and the hold-over of a restarted broker's topics
-(exporter/pipeline/lastgood.py), on tables the product parses from hand-written bodies in
-pulsar-lite's shape, each with the process collector's start time."""
+"""A broker's last good tables and the hold-over of topics no broker lists any more
+(exporter/pipeline/lastgood.py: a restart, a failed fetch, a bundle unloaded), on tables the
+product parses from hand-written bodies in pulsar-lite's shape, each with the process
+collector's start time."""
 
 from __future__ import annotations
 
-from exporter.pipeline.lastgood import HOLD_CYCLES, LastGood, started_at
+from exporter.pipeline.lastgood import HOLD_CYCLES, LastGood
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
 from tests.harness.fixtures import FIXTURES
@@ -32,7 +33,8 @@ def listed(last: LastGood, url: str = A) -> dict[str, int]:
 
 def test_the_start_time_is_read_from_apache_pulsars_own_body():
     body = (FIXTURES / "apache-pulsar-4.0-metrics.txt").read_bytes()
-    assert started_at(source_tables([parse_text(body)])) == 1.795465990555e9
+    usage = source_tables([parse_text(body)]).usage
+    assert usage["started_at"].to_pylist() == [1.795465990555e9]
 
 
 def test_a_broker_back_from_a_failed_fetch_holds_what_it_no_longer_lists():
@@ -56,21 +58,39 @@ def test_a_restart_between_two_cycles_is_seen_in_the_start_time():
     assert listed(last) == {"t1": 5, "t2": 7}
 
 
-def test_a_topic_gone_from_a_broker_that_did_not_restart_goes_at_once():
+def test_a_topic_gone_from_a_broker_that_did_not_restart_is_held_too():
+    """Its bundle was unloaded: the new owner lists it only after its next stats update.
+    Deleted, it lingers HOLD_CYCLES cycles: /metrics cannot tell the two apart."""
     last = LastGood()
     last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
+    for _ in range(HOLD_CYCLES):
+        last.update({A: tables(100.0, t1=5)}, failed=())
+        assert listed(last) == {"t1": 5, "t2": 7}
     last.update({A: tables(100.0, t1=5)}, failed=())
-    assert listed(last) == {"t1": 5}  # deleted: its series go at the first cycle without it
+    assert listed(last) == {"t1": 5}
 
 
-def test_a_held_topic_listed_again_is_fresh_and_the_hold_ends():
+def test_a_moved_topic_is_held_until_its_new_owner_lists_it():
+    last = LastGood()
+    last.update({A: tables(100.0, t1=5, t2=7), B: tables(100.0)}, failed=())
+    last.update({A: tables(100.0, t1=5), B: tables(100.0)}, failed=())
+    assert (listed(last, A), listed(last, B)) == ({"t1": 5, "t2": 7}, {})
+    last.update({A: tables(100.0, t1=5), B: tables(100.0, t2=8)}, failed=())
+    assert (listed(last, A), listed(last, B)) == ({"t1": 5}, {"t2": 8})  # once, fresh
+
+
+def test_a_held_topic_listed_again_is_fresh_and_a_later_hold_counts_afresh():
     last = LastGood()
     last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
     last.update({A: tables(150.0, t1=5)}, failed=())
+    last.update({A: tables(150.0, t1=5)}, failed=())  # held twice
     last.update({A: tables(150.0, t1=5, t2=9)}, failed=())
     assert listed(last) == {"t1": 5, "t2": 9}
+    for _ in range(HOLD_CYCLES):  # unlisted again: a whole new hold, at its new value
+        last.update({A: tables(150.0, t1=5)}, failed=())
+        assert listed(last) == {"t1": 5, "t2": 9}
     last.update({A: tables(150.0, t1=5)}, failed=())
-    assert listed(last) == {"t1": 5}  # the hold ended when t2 came back: not held again
+    assert listed(last) == {"t1": 5}
 
 
 def test_a_topic_another_broker_lists_now_is_not_held():
@@ -92,12 +112,12 @@ def test_a_broker_down_again_during_a_hold_keeps_the_held_topics():
     assert listed(last) == {"t1": 5, "t2": 7}  # back again: both held, a fresh count
 
 
-def test_no_start_time_and_no_failure_holds_nothing():
+def test_a_body_without_a_start_time_holds_the_same():
     last = LastGood()
     plain = tables(100.0, t1=5, t2=7)
     without = source_tables([parse_text(
         b'pulsar_subscription_back_log{namespace="public/x",topic="t1",subscription="s"} 5\n')])
-    assert started_at(without) is None
+    assert without.usage["started_at"].to_pylist() in ([], [None])
     last.update({A: plain}, failed=())
     last.update({A: without}, failed=())
-    assert listed(last) == {"t1": 5}
+    assert listed(last) == {"t1": 5, "t2": 7}
