@@ -99,7 +99,62 @@ class ApachePulsarMissing(FileNotFoundError):
     tests.harness.apache_pulsar_install`). Raised, never skipped over."""
 
 
-class ApachePulsar(Workload):
+class _KeepMethodRedirect(urllib.request.HTTPRedirectHandler):
+    """A cluster's broker answers a request for a topic or bundle it does not own with a 307
+    to the owner, for PUT and POST too, which urllib follows only for GET."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+        if code in (307, 308):
+            return urllib.request.Request(newurl, data=req.data, method=req.get_method(),
+                                          headers=dict(req.header_items()))
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_FOLLOW = urllib.request.build_opener(_KeepMethodRedirect())
+
+
+class BrokerWeb:
+    """A broker's web port as the tests use it: admin REST calls and /metrics (standalone and
+    cluster brokers alike). Mixed in by a harness that provides `web_url`/`metrics_url`."""
+
+    web_url: str
+    metrics_url: str
+
+    def admin(self, method: str, path: str, body: object = None, timeout: float = 10) -> Any:
+        """One admin REST call; JSON in and out (None for an empty answer). HTTP errors
+        propagate as `urllib.error.HTTPError` with the broker's reason in the message."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.web_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json",
+                                                  "Accept": "application/json"})
+        try:
+            with _FOLLOW.open(request, timeout=timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            exc.msg = f"{exc.msg}: {exc.read().decode(errors='replace')[:500]}"
+            raise
+        return json.loads(raw) if raw.strip() else None
+
+    def create_namespace(self, prefix: str, tenant: str = "public") -> str:
+        """A fresh namespace `tenant/prefix-<random>`, so tests sharing the broker never
+        see each other's quotas or topics."""
+        namespace = f"{tenant}/{prefix}-{uuid.uuid4().hex[:8]}"
+        self.admin("PUT", f"/admin/v2/namespaces/{namespace}")
+        return namespace
+
+    def topic_stats(self, topic: str) -> dict[str, Any]:
+        path = topic.replace("persistent://", "/admin/v2/persistent/", 1)
+        return self.admin("GET", f"{path}/stats?getEarliestTimeInBacklog=true")
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=30) as resp:
+            return resp.read().decode("utf-8")
+
+    def metrics(self) -> Metrics:
+        return Metrics(self.metrics_text())
+
+
+class ApachePulsar(BrokerWeb, Workload):
     """One standalone broker working in `workdir` (its conf, log, data). Ports are picked
     at the first start; `stop()` kills the whole process group and leaves `workdir` alone."""
 
@@ -131,7 +186,8 @@ class ApachePulsar(Workload):
 
     @property
     def metrics_url(self) -> str:
-        return f"{self.web_url}/metrics/"
+        """What an operator types: the broker answers it with a 302 to /metrics/."""
+        return f"{self.web_url}/metrics"
 
     @property
     def otel_metrics_url(self) -> str:
@@ -284,40 +340,6 @@ class ApachePulsar(Workload):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # --- admin REST and /metrics ------------------------------------------------------------
-    def admin(self, method: str, path: str, body: object = None, timeout: float = 10) -> Any:
-        """One admin REST call; JSON in and out (None for an empty answer). HTTP errors
-        propagate as `urllib.error.HTTPError` with the broker's reason in the message."""
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.web_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json",
-                                                  "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            exc.msg = f"{exc.msg}: {exc.read().decode(errors='replace')[:500]}"
-            raise
-        return json.loads(raw) if raw.strip() else None
-
-    def create_namespace(self, prefix: str, tenant: str = "public") -> str:
-        """A fresh namespace `tenant/prefix-<random>`, so tests sharing the broker never
-        see each other's quotas or topics."""
-        namespace = f"{tenant}/{prefix}-{uuid.uuid4().hex[:8]}"
-        self.admin("PUT", f"/admin/v2/namespaces/{namespace}")
-        return namespace
-
-    def topic_stats(self, topic: str) -> dict[str, Any]:
-        path = topic.replace("persistent://", "/admin/v2/persistent/", 1)
-        return self.admin("GET", f"{path}/stats?getEarliestTimeInBacklog=true")
-
-    def metrics_text(self) -> str:
-        with urllib.request.urlopen(self.metrics_url, timeout=30) as resp:
-            return resp.read().decode("utf-8")
-
-    def metrics(self) -> Metrics:
-        return Metrics(self.metrics_text())
 
     def otel_metrics_text(self) -> str:
         with urllib.request.urlopen(self.otel_metrics_url, timeout=30) as resp:

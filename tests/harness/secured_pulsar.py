@@ -77,7 +77,7 @@ class SecuredPulsar(ApachePulsar):
 
     @property
     def tls_metrics_url(self) -> str:
-        return f"https://127.0.0.1:{self.web_tls_port}/metrics/"
+        return f"https://127.0.0.1:{self.web_tls_port}/metrics"
 
     def _request(self, url: str, **kwargs: Any) -> urllib.request.Request:
         headers = {"Authorization": f"Bearer {self.token}", **kwargs.pop("headers", {})}
