@@ -4,8 +4,11 @@ What arrives here is per entity already (the Spark tasks parsed and grouped each
 tables.py), so this is the only step that sees all brokers at once, and it is small:
 rows per topic, not per sample. Rules (schemas and units: model.py):
 
-- a topic reported by two brokers keeps one report (largest msg_in_total, ties to the
-  smaller source) and only that broker's subscriptions of it: never double-counted;
+- a topic reported by two brokers keeps one report (a freshly fetched body's before a
+  stale one's, then the largest msg_in_total, ties to the smaller source) and only that
+  broker's subscriptions of it: never double-counted. Fresh first: a dead broker's last
+  good body still lists the topics its survivor has loaded since, whose counters restarted
+  at 0 there, so "largest counter" alone would keep the dead broker's numbers for good;
 - a body that printed only OpenTelemetry families (`SOURCE_USAGE.otel_only`: a broker's
   second exposition, listed as one more broker URL; pipeline/otel.py) is no broker: its
   report of a topic is kept only where no classic body reported the topic, and it counts
@@ -86,6 +89,9 @@ def merge(
     all_topics = _with_source([(s, t.topics) for s, t in tables])
     all_topics = all_topics.append_column(
         "otel_only", pc.is_in(all_topics["source"], pa.array(sorted(otel), pa.string())))
+    stale = sorted(set(sources) - set(malformed))  # malformed: keyed by the fresh sources
+    all_topics = all_topics.append_column(
+        "stale", pc.is_in(all_topics["source"], pa.array(stale, pa.string())))
     topics = _dedup(all_topics)
     brokered = topics.filter(pc.invert(topics["otel_only"]))
     owned = _with_source([(s, t.subscriptions) for s, t in tables]).join(
@@ -132,10 +138,11 @@ def _first_per(table: pa.Table, key: str) -> pa.Table:
 
 
 def _dedup(topics: pa.Table) -> pa.Table:
-    """One report per topic: a classic body's before an OpenTelemetry one's, then the
-    largest msg_in_total, then the smaller source."""
+    """One report per topic: a classic body's before an OpenTelemetry one's, a fresh one's
+    before a stale one's, then the largest msg_in_total, then the smaller source."""
     ranked = topics.sort_by([("topic", "ascending", "at_end"),
                              ("otel_only", "ascending", "at_end"),
+                             ("stale", "ascending", "at_end"),
                              ("msg_in_total", "descending", "at_end"),
                              ("source", "ascending", "at_end")])
     return _first_per(ranked, "topic")

@@ -210,6 +210,25 @@ def test_a_topic_on_two_brokers_is_counted_once(fleet):
     assert ns["topics"] == 1
 
 
+def test_a_fresh_report_of_a_topic_beats_a_stale_one_with_larger_counters():
+    """Broker A died (its tables are stale: no malformed counts this cycle); B loaded the
+    topic since, its counters restarted below A's. B's report is the one that counts."""
+    a, b = _tables(BROKER_A), _tables(BROKER_B)
+    tables = [("http://broker-a/metrics", a), ("http://broker-b/metrics", b)]
+    agg = merge(tables, {}, malformed={"http://broker-b/metrics": b.malformed})
+    (moved,) = [r for r in agg.topics.to_pylist()
+                if r["topic"] == "persistent://acme/critical/moved"]
+    assert (moved["source"], moved["msg_in_total"]) == ("http://broker-b/metrics", 40)
+    subs = [(r["source"], r["backlog_messages"]) for r in agg.subscriptions.to_pylist()
+            if r["topic"] == "persistent://acme/critical/moved"]
+    assert subs == [("http://broker-b/metrics", 2)]
+    # both stale: the largest counter again (A's 100)
+    both = merge(tables, {}, malformed={})
+    (moved,) = [r for r in both.topics.to_pylist()
+                if r["topic"] == "persistent://acme/critical/moved"]
+    assert moved["source"] == "http://broker-a/metrics"
+
+
 def test_namespace_level_series_fill_in_for_a_broker_without_topic_metrics(fleet):
     ns = _by(fleet.namespaces, "namespace")["acme/other"]
     # A's topic (10 in) + B's namespace-level series (1000 in, 2 topics)
