@@ -102,3 +102,44 @@ def test_an_unmeasured_broker_age_is_not_an_age(tables) -> None:
     agg = merge([(URL, source_tables([parse_text(unmeasured)]))], {})
     kept = {d.topic: d for d in _decider().decide(agg, None, NOW).topics}[KEPT]
     assert kept.time_source is None and kept.backlog_age_seconds is None  # not "-1 s old"
+
+
+def _reloaded(backlog: int = 40) -> SourceTables:
+    """The same topic just loaded again by a broker (a bundle moved, a restart): its counters
+    restarted at 0, its age not measured yet (-1), its backlog `backlog` messages."""
+    body = BODY.replace(f'topic="{KEPT}"}} 3'.encode(), f'topic="{KEPT}"}} -1'.encode())
+    lines = []
+    for line in body.splitlines():
+        if f'topic="{KEPT}"'.encode() in line and line.startswith(
+                (b"pulsar_in_messages_total", b"pulsar_in_bytes_total")):
+            line = line.rsplit(b" ", 1)[0] + b" 0"
+        if f'topic="{KEPT}",subscription="stalled"'.encode() in line and line.startswith(
+                (b"pulsar_subscription_back_log{", b"pulsar_msg_backlog{")):
+            line = line.rsplit(b" ", 1)[0] + f" {backlog}".encode()
+        lines.append(line)
+    return source_tables([parse_text(b"\n".join(lines) + b"\n")])
+
+
+def test_a_measured_age_goes_on_while_the_new_owner_has_not_measured_it(tables) -> None:
+    """Measured by the broker (3 s at NOW), then reloaded: ten seconds later the age is
+    13 s, carried and marked estimated, where the age table alone would restart near 0."""
+    decider = _decider()
+    first = {d.topic: d for d in decider.decide(merge([(URL, tables)], {}), None, NOW).topics}
+    assert (first[KEPT].time_source, first[KEPT].backlog_age_seconds) == (TimeSource.BROKER, 3.0)
+    moved = merge([(URL, _reloaded())], {})
+    kept = {d.topic: d for d in decider.decide(moved, None, NOW + 10).topics}[KEPT]
+    assert kept.backlog_messages == 40
+    assert (kept.time_source, kept.backlog_age_seconds) == (TimeSource.ESTIMATED, 13.0)
+    later = {d.topic: d for d in decider.decide(moved, None, NOW + 20).topics}[KEPT]
+    assert later.backlog_age_seconds == 23.0  # still carried: nothing measured it since
+
+
+def test_a_shrunk_backlog_is_not_carried(tables) -> None:
+    """Acknowledged meanwhile: the oldest message is another one, the old time is no age."""
+    decider = _decider()
+    decider.decide(merge([(URL, tables)], {}), None, NOW)
+    kept = {d.topic: d for d in decider.decide(merge([(URL, _reloaded(30))], {}), None,
+                                                NOW + 10).topics}[KEPT]
+    assert kept.backlog_messages == 30
+    # unknown (the age table restarted with the counters at the reload), not a carried 13 s
+    assert (kept.time_source, kept.backlog_age_seconds) == (None, None)
