@@ -47,11 +47,14 @@ def run_cli(*args: str | Path, cwd: Path | None = None,
 class ExporterProcess:
     """`pulsar-quota-exporter run` on `config` (a config mapping; `exposition.listen` is
     set to 127.0.0.1:`port`, a free port unless given), with its config at
-    `workdir/<name>.yaml` and its log at `workdir/<name>.log`. Not started until `start()`."""
+    `workdir/<name>.yaml` and its log at `workdir/<name>.log`; `env`: variables added to
+    this process's environment (what `--config.expand-env` reads). Not started until
+    `start()`."""
 
     def __init__(self, workdir: Path, config: Mapping[str, Any], *, name: str = "exporter",
                  port: int | None = None, log_level: str = "info",
-                 log_format: str = "logfmt", extra_args: tuple[str, ...] = ()) -> None:
+                 log_format: str = "logfmt", extra_args: tuple[str, ...] = (),
+                 env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.port = port or free_port()
         self.config_path = workdir / f"{name}.yaml"
@@ -60,7 +63,7 @@ class ExporterProcess:
         self.process = ManagedProcess(name, [
             _cli(), "run", "--config.file", self.config_path, "--log.level", log_level,
             "--log.format", log_format, *extra_args,
-        ], workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        ], workdir, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def write_config(self, config: Mapping[str, Any]) -> None:
         """Replace the config file at once (as a ConfigMap update does), listening on `port`."""

@@ -1,0 +1,101 @@
+"""What the cluster tests share: namespaces of their own spread over both brokers on purpose,
+topics with known backlogs, producers at a known rate, and an in-process exporter over every
+broker (`pipeline.scrape.in_process`: the streamed fetch, redirects followed, and the parse a
+Spark task runs)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from exporter.config.load import parse
+from exporter.pipeline.scrape import BrokerScrape, in_process
+from exporter.runtime.cycle import CycleReport, Exporter
+from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker
+from tests.harness.pulsar import Metrics
+
+PAYLOAD = 200
+
+
+def namespace(cluster: ApacheCluster, prefix: str, bundles: int = 8) -> str:
+    ns = f"public/{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.any_broker().admin("PUT", f"/admin/v2/namespaces/{ns}",
+                               {"bundles": {"numBundles": bundles}})
+    return ns
+
+
+def backlogged(cluster: ApacheCluster, ns: str, count: int) -> dict[str, int]:
+    """`count` topics, topic i with a durable subscription `i + 3` messages behind."""
+    topics = {f"persistent://{ns}/t{i:02d}": i + 3 for i in range(count)}
+    broker = cluster.any_broker()
+    for topic, messages in topics.items():
+        broker.create_subscription(topic, "stalled")
+        broker.produce(topic, messages, PAYLOAD)
+    return topics
+
+
+def spread(cluster: ApacheCluster, topics: list[str]) -> dict[str, str]:
+    """Move the bundles holding `topics` onto the brokers in turn (unload with a
+    `destinationBroker`, then a lookup loads each topic there); the owner of every topic."""
+    bundles: dict[str, list[str]] = {}
+    for topic in topics:
+        bundles.setdefault(cluster.bundle_of(topic), []).append(topic)
+    assert len(bundles) >= 2, f"all of {topics} hash to one bundle: {bundles}"
+    for i, (bundle, held) in enumerate(sorted(bundles.items())):
+        target = cluster.brokers[i % len(cluster.brokers)].broker_id
+        unload(cluster, held[0], bundle, target)
+    owners = {t: cluster.owner(t) for t in topics}
+    assert set(owners.values()) == {b.broker_id for b in cluster.brokers}, owners
+    return owners
+
+
+def unload(cluster: ApacheCluster, topic: str, bundle: str,
+           destination: str | None = None) -> None:
+    """Unload `bundle` (the one holding `topic`), asked of its owner: a non-owner answers
+    with a 307 whose Location drops `destinationBroker` (seen on 4.0.8)."""
+    ns = topic.split("://", 1)[1].rsplit("/", 1)[0]
+    query = f"?destinationBroker={destination}" if destination else ""
+    cluster.broker_named(cluster.owner(topic)).admin(
+        "PUT", f"/admin/v2/namespaces/{ns}/{bundle}/unload{query}", timeout=60)
+
+
+def exporter_for(cluster: ApacheCluster, *, admin_from: int = 0, quotas: dict | None = None,
+                 brokers: list[str] | None = None) -> Exporter:
+    """An exporter over every broker's /metrics (the URL an operator types), the admin REST
+    and binary protocol of broker `admin_from` only."""
+    via = cluster.brokers[admin_from]
+    sources = {"brokers": [{"url": u, "timeout": "10s"} for u in
+                           (brokers or [b.metrics_url for b in cluster.brokers])],
+               "admin": {"url": via.web_url, "timeout": "10s"},
+               "service_url": via.service_url}
+    config = parse({"cluster": CLUSTER, "check_interval": "5s", "sources": sources,
+                    "backlog_quotas": quotas or {}}, "cluster.yaml")
+    brokers_ = config.sources.brokers
+    return Exporter(config, brokers=BrokerScrape(brokers_, in_process(brokers_)))
+
+
+def published(report: CycleReport, ns: str) -> dict[str, list[dict]]:
+    """Per topic of `ns`, every entry of the cycle's status (a topic counted twice has two).
+    The namespace's system topic (`__change_events`, topic policies) is left out here."""
+    seen: dict[str, list[dict]] = {}
+    for entry in report.status["topics"]:
+        if entry["namespace"] == ns and not entry["topic"].rsplit("/", 1)[1].startswith("__"):
+            seen.setdefault(entry["topic"], []).append(entry)
+    return seen
+
+
+def series(report: CycleReport, name: str, topic: str, **labels: str) -> list[float]:
+    return [s.value for s in Metrics(report.body.decode()).find(name, topic=topic, **labels)]
+
+
+def produce_at(broker: ClusterBroker, topic: str, rate: float, stop: threading.Event,
+               size: int = 100) -> None:
+    """`rate` messages a second (paced on the clock, not by sleeps adding up) until `stop`."""
+    with broker.client() as client:
+        producer = client.create_producer(topic, batching_enabled=False)
+        began, sent = time.monotonic(), 0
+        while not stop.is_set():
+            producer.send(b"x" * size)
+            sent += 1
+            stop.wait(max(0.0, began + sent / rate - time.monotonic()))

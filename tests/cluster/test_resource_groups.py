@@ -1,0 +1,151 @@
+"""A resource group split between two real brokers (PIP-82), as the brokers split it.
+
+One group is bound to a namespace whose topics both brokers own; producers publish at known,
+different rates on each; the brokers exchange their usage reports every 2 s (the harness's
+`resourceUsageTransportPublishIntervalInSecs`). We read the same reports off their topic
+with the exporter's own reader (`BrokerReports`, drained every 50 ms here so arrival times
+are fine) and compute, with `engine/brokersplits.py`, every broker's local quota round by
+round; each broker adds its own round's quota to its `pulsar_resource_group_calculated_*`
+counters, which we scrape every 0.25 s and difference. Every increment a broker made must be
+one our model had in force at that moment.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from exporter.config.model import BROKER_USAGE_TOPIC, MonitoringClass, RateLimit, ResourceGroup
+from exporter.engine.brokersplits import BrokerSplits, Counts, Quota, Splits, increments_between
+from exporter.runtime.assembly import splits_report
+from exporter.sources.brokerreports import BrokerReports
+from exporter.transport.channel import UsageChannel
+from tests.cluster.helpers import namespace, produce_at, spread
+from tests.harness.apache_cluster import ApacheCluster, ClusterBroker
+from tests.harness.pulsar import Metrics
+
+PERIOD = 2.0  # the brokers' resourceUsageTransportPublishIntervalInSecs (harness)
+RATES = (30, 10)  # messages a second on broker 1's topic, on broker 2's
+OBSERVE = 40.0  # seconds of rounds compared
+LIMITS = {"publishRateInMsgs": 1000, "publishRateInBytes": 1_000_000,
+          "dispatchRateInMsgs": 500, "dispatchRateInBytes": 400_000}
+CLASSES = {MonitoringClass.PUBLISH: "Publish", MonitoringClass.DISPATCH: "Dispatch"}
+
+
+@dataclass(frozen=True)
+class Reading:
+    at: float  # when the scrape was asked for
+    done: float  # when its answer was complete
+    counts: dict[MonitoringClass, Counts | None]
+
+
+def _calculated(broker: ClusterBroker, group: str) -> dict[MonitoringClass, Counts | None]:
+    metrics = Metrics(broker.metrics_text())
+    out: dict[MonitoringClass, Counts | None] = {}
+    for cls, label in CLASSES.items():
+        values = [metrics.value(f"pulsar_resource_group_calculated_{unit}_quota_total",
+                                ResourceGroup=group, MonitoringClass=label)
+                  for unit in ("bytes", "messages")]
+        out[cls] = None if None in values else Counts(int(values[0]), int(values[1]))
+    return out
+
+
+def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
+        apache_cluster: ApacheCluster) -> None:
+    first = apache_cluster.brokers[0]
+    group = f"rg-{uuid.uuid4().hex[:8]}"
+    ns = namespace(apache_cluster, "rg-split", bundles=8)
+    topics = [f"persistent://{ns}/t{i}" for i in range(8)]
+    for topic in topics:
+        first.create_subscription(topic, "s")
+    owners = spread(apache_cluster, topics)
+    mine = {b.broker_id: next(t for t in topics if owners[t] == b.broker_id)
+            for b in apache_cluster.brokers}
+
+    reader = BrokerReports(UsageChannel(first.service_url, BROKER_USAGE_TOPIC, "cluster-splits",
+                                        read_only=True), stale_after=30)
+    stop = threading.Event()
+    producers = [threading.Thread(target=produce_at, args=(b, mine[b.broker_id], rate, stop))
+                 for b, rate in zip(apache_cluster.brokers, RATES, strict=True)]
+    model = BrokerSplits(PERIOD, silent_after=30, resolution=0.05)
+    limits = {group: ResourceGroup(
+        group, publish=RateLimit(LIMITS["publishRateInMsgs"], LIMITS["publishRateInBytes"]),
+        dispatch=RateLimit(LIMITS["dispatchRateInMsgs"], LIMITS["dispatchRateInBytes"]))}
+    history: list[Splits] = []
+    readings: dict[str, list[Reading]] = {b.broker_id: [] for b in apache_cluster.brokers}
+    names: dict[str, str] = {}  # broker id → the name its reports carry (its service URL)
+    try:
+        assert reader.channel.wait_connected(30)  # type: ignore[attr-defined]
+        # The group exists only now: every report that names it reaches our reader.
+        first.admin("PUT", f"/admin/v2/resourcegroups/{group}", LIMITS)
+        first.admin("POST", f"/admin/v2/namespaces/{ns}/resourcegroup/{group}")
+        for thread in producers:
+            thread.start()
+
+        def take() -> None:
+            now = time.time()
+            for received in reader.take(now).reports:
+                model.accept(splits_report(received))
+                history.append(model.splits(limits, received.at))
+
+        began = time.monotonic()
+        next_scrape = 0.0
+        while time.monotonic() - began < OBSERVE + 20:
+            take()
+            if time.monotonic() >= next_scrape:
+                next_scrape = time.monotonic() + 0.25
+                for broker in apache_cluster.brokers:
+                    at = time.time()
+                    counts = _calculated(broker, group)
+                    readings[broker.broker_id].append(Reading(at, time.time(), counts))
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for thread in producers:
+            thread.join(30)
+        reader.close()
+        first.admin("DELETE", f"/admin/v2/namespaces/{ns}/resourcegroup")
+        first.admin("DELETE", f"/admin/v2/resourcegroups/{group}")
+
+    for broker in apache_cluster.brokers:
+        names[broker.broker_id] = broker.service_url
+    heard = {s.broker for state in history for s in state.splits}
+    assert set(names.values()) <= heard, (names, heard)
+
+    compared = {b: {c: 0 for c in CLASSES} for b in names}
+    for broker_id, series in readings.items():
+        name = names[broker_id]
+        for cls in CLASSES:
+            for before, after in itertools.pairwise(series):
+                b, a = before.counts[cls], after.counts[cls]
+                if b is None or a is None or a == b:
+                    continue
+                delta = Counts(a.bytes - b.bytes, a.messages - b.messages)
+                # the round ran after the earlier scrape began and before the later ended
+                possible = increments_between(history, name, group, cls, before.at - 0.1,
+                                              after.done + 0.1)
+                if not possible or None in possible:
+                    continue  # a round we could not know (before its first report reached us)
+                assert delta in possible, (broker_id, cls, after.at, delta, possible)
+                compared[broker_id][cls] += 1
+    print("rounds compared (broker, class):", compared)
+    last = history[-1]
+    quotas = {b: last.get(names[b], group, MonitoringClass.PUBLISH) for b in names}
+    print("last publish quotas:", {b: q.pulsar if isinstance(q, Quota) else q
+                                   for b, q in quotas.items()})
+    for broker_id in names:
+        for cls in CLASSES:
+            # one quota round every PERIOD: most of OBSERVE's rounds are compared
+            assert compared[broker_id][cls] >= OBSERVE / PERIOD / 2, compared
+    # the busier broker gets the larger share of the messages quota, and the split adds up
+    q1, q2 = (quotas[b.broker_id] for b in apache_cluster.brokers)
+    assert isinstance(q1, Quota) and isinstance(q2, Quota) and q1.pulsar and q2.pulsar
+    assert q1.pulsar.messages > q2.pulsar.messages
+    assert q1.pulsar.messages + q2.pulsar.messages <= LIMITS["publishRateInMsgs"]
+    assert q1.pulsar.messages + q2.pulsar.messages >= LIMITS["publishRateInMsgs"] - 2
+    for q in (q1, q2):  # the fair what-if beside it: a share of the same limit each
+        assert 0 < q.fair_messages <= LIMITS["publishRateInMsgs"], q
+    assert q1.fair_messages + q2.fair_messages <= LIMITS["publishRateInMsgs"] * 1.001

@@ -1,0 +1,139 @@
+"""Load verdicts against the real load manager: a cluster of its own whose brokers run
+`UniformLoadShedder` with small minimums, one broker given all the traffic, and the leader's
+own unloads compared with the bundles our verdict names.
+
+Why UniformLoadShedder: on one host every broker reads the same host-wide CPU and NIC
+counters (Pulsar's `LinuxBrokerHostUsageImpl` counts physical NICs only, not loopback), and
+memory has no weight in 4.0, so ThresholdShedder and OverloadShedder see equal brokers and
+never pick one here; UniformLoadShedder compares the brokers' message rates, which the test
+controls. Its own cluster: the package's brokers keep Pulsar's default shedder, whose
+minimum throughput (10 MB/s) no other test reaches, so their bundles stay where tests put
+them.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import pytest
+
+from exporter.config.load import parse
+from exporter.pipeline.scrape import BrokerScrape, in_process
+from exporter.runtime.cycle import Exporter
+from tests.cluster.helpers import namespace, produce_at, unload
+from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker
+from tests.harness.pulsar import Metrics
+from tests.harness.wait import poll
+
+UNIFORM = "org.apache.pulsar.broker.loadbalance.impl.UniformLoadShedder"
+MIN_MESSAGES = 10  # minUnloadMessage: msgs/s the busiest broker must shed at least
+RATES = {"t-busy": 100.0, "t-calm": 25.0}  # msgs/s on broker 1: (125 - 1) × 0.2 ≥ 10 to shed
+CANDIDATE = "pulsar_load_bundle_unload_candidate"
+
+
+@pytest.fixture(scope="module")
+def shedding_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheCluster]:
+    cluster = ApacheCluster(tmp_path_factory.mktemp("shedding-cluster"), broker_overrides={
+        "loadBalancerLoadSheddingStrategy": UNIFORM,
+        "loadBalancerSheddingIntervalMinutes": "1",
+        "minUnloadMessage": str(MIN_MESSAGES),
+        "minUnloadMessageThroughput": "1000",
+        "loadBalancerReportUpdateThresholdPercentage": "5",
+        "resourceUsageTransportClassName": "",  # no usage-report topic to shed
+    })
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _exporter(cluster: ApacheCluster) -> Exporter:
+    first = cluster.brokers[0]
+    config = parse({
+        "cluster": CLUSTER, "check_interval": "5s",
+        "sources": {"brokers": [{"url": b.metrics_url} for b in cluster.brokers],
+                    "admin": {"url": first.web_url}},
+        "load_manager": {"load_shedding_strategy": UNIFORM, "min_unload_message": MIN_MESSAGES,
+                         "min_unload_message_throughput": 1000},
+    }, "shedding.yaml")
+    brokers = config.sources.brokers
+    return Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)))
+
+
+def test_our_verdict_names_the_bundles_the_leader_unloads(
+        shedding_cluster: ApacheCluster) -> None:
+    cluster = shedding_cluster
+    first, second = cluster.brokers
+    ns = namespace(cluster, "shed", bundles=4)
+    topics = {name: f"persistent://{ns}/{name}" for name in RATES}
+    for topic in topics.values():
+        first.create_subscription(topic, "s")
+    bundles = {name: cluster.bundle_of(topic) for name, topic in topics.items()}
+    assert len(set(bundles.values())) == 2, f"both topics hash to one bundle: {bundles}"
+    for name, topic in topics.items():  # every bundle with traffic on broker 1
+        if cluster.owner(topic) != first.broker_id:
+            unload(cluster, topic, bundles[name], first.broker_id)
+    assert {cluster.owner(t) for t in topics.values()} == {first.broker_id}
+
+    stop = threading.Event()
+    producers = [threading.Thread(target=produce_at, args=(first, topics[n], rate, stop))
+                 for n, rate in RATES.items()]
+    exporter = _exporter(cluster)
+    verdicts: list[tuple[float, set[str]]] = []  # (cycle start, bundles we name) per cycle
+    try:
+        for thread in producers:
+            thread.start()
+
+        def leaders_unloads() -> list[Unload]:
+            verdicts.append((time.time(), set()))
+            report = exporter.cycle()
+            verdicts[-1][1].update(s.labels["bundle"] for s in Metrics(
+                report.body.decode()).find(CANDIDATE, namespace=ns) if s.value == 1)
+            return _unloads(cluster.broker_named(cluster.leader()), ns)
+
+        unloads = poll(leaders_unloads, "the leader unloading bundles of the busy broker",
+                       timeout=240, interval=5.0, show=lambda: verdicts[-3:])
+    finally:
+        stop.set()
+        for thread in producers:
+            thread.join(30)
+        exporter.close()
+    run = [u for u in unloads if u.at - unloads[0].at < 5.0]  # one shedding run
+    before = [named for began, named in verdicts if began < run[0].at]
+    ours = before[-1] if before else set()
+    print(f"the leader unloaded {[(u.bundle, u.at) for u in run]}; we named {sorted(ours)} in "
+          f"the cycle before; every cycle: "
+          f"{[(round(t - verdicts[0][0]), sorted(v)) for t, v in verdicts]}")
+    assert {(u.source, u.destination) for u in run} == {(first.broker_id, second.broker_id)}
+    assert {u.bundle for u in run} == ours
+
+
+@dataclass(frozen=True)
+class Unload:
+    at: float  # epoch seconds, from the log line's timestamp
+    bundle: str  # the hash range
+    source: str
+    destination: str
+
+
+_UNLOAD = re.compile(r"^(\S+) .*\[UniformLoadShedder\] Unloading bundle: (\S+)/(0x[0-9a-f]+_0x"
+                     r"[0-9a-f]+) from broker (\S+) to dest broker (\S+)$")
+
+
+def _unloads(leader: ClusterBroker, ns: str) -> list[Unload]:
+    """What `leader`'s load manager logged unloading of `ns`'s bundles
+    (`ModularLoadManagerImpl.doLoadShedding`: one line per bundle), oldest first."""
+    assert leader.process is not None
+    found = []
+    for line in leader.process.log().splitlines():
+        match = _UNLOAD.match(line)
+        if match and match.group(2) == ns:
+            at = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S,%f%z").timestamp()
+            found.append(Unload(at, match.group(3), match.group(4), match.group(5)))
+    return found
