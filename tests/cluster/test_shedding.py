@@ -40,6 +40,7 @@ CANDIDATE = "pulsar_load_bundle_unload_candidate"
 def shedding_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheCluster]:
     cluster = ApacheCluster(tmp_path_factory.mktemp("shedding-cluster"), broker_overrides={
         "loadBalancerLoadSheddingStrategy": UNIFORM,
+        "loadBalancerSheddingEnabled": "false",  # turned on by the test (dynamic)
         "loadBalancerSheddingIntervalMinutes": "1",
         "minUnloadMessage": str(MIN_MESSAGES),
         "minUnloadMessageThroughput": "1000",
@@ -97,6 +98,12 @@ def test_our_verdict_names_the_bundles_the_leader_unloads(
                 report.body.decode()).find(CANDIDATE, namespace=ns) if s.value == 1)
             return _unloads(cluster.broker_named(cluster.leader()), ns)
 
+        # The leader sheds only once we have a verdict to compare: it could otherwise act
+        # on its first load report before our second cycle has rates (a dynamic setting).
+        poll(lambda: not leaders_unloads() and len(verdicts) >= 3 and verdicts[-1][1]
+             and verdicts[-1][1] == verdicts[-2][1], "a steady verdict of ours", timeout=90,
+             interval=5.0, show=lambda: verdicts[-3:])
+        first.admin("POST", "/admin/v2/brokers/configuration/loadBalancerSheddingEnabled/true")
         unloads = poll(leaders_unloads, "the leader unloading bundles of the busy broker",
                        timeout=240, interval=5.0, show=lambda: verdicts[-3:])
     finally:
