@@ -99,3 +99,15 @@ def produce_at(broker: ClusterBroker, topic: str, rate: float, stop: threading.E
             producer.send(b"x" * size)
             sent += 1
             stop.wait(max(0.0, began + sent / rate - time.monotonic()))
+
+
+def one_topic_per_broker(cluster: ApacheCluster, prefix: str) -> tuple[str, dict[str, str]]:
+    """A fresh namespace of 8 bundles with 8 subscribed topics spread over the brokers, and
+    for each broker id one topic it owns."""
+    ns = namespace(cluster, prefix, bundles=8)
+    topics = [f"persistent://{ns}/t{i}" for i in range(8)]
+    for topic in topics:
+        cluster.brokers[0].create_subscription(topic, "s")
+    owners = spread(cluster, topics)
+    return ns, {b.broker_id: next(t for t in topics if owners[t] == b.broker_id)
+                for b in cluster.brokers}

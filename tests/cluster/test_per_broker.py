@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.cluster.helpers import namespace, produce_at, spread
+from tests.cluster.helpers import one_topic_per_broker, produce_at
 from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker
 from tests.harness.exporter_process import ExporterProcess
 from tests.harness.pulsar import Metrics
@@ -74,12 +74,8 @@ def test_per_broker_exporters_split_a_group_as_the_brokers_do(
         apache_cluster: ApacheCluster, tmp_path: Path) -> None:
     first = apache_cluster.brokers[0]
     group = f"rg-{uuid.uuid4().hex[:8]}"
-    ns = namespace(apache_cluster, "per-broker", bundles=8)
-    topics = [f"persistent://{ns}/t{i}" for i in range(8)]
-    for topic in topics:
-        first.create_subscription(topic, "s")
-    owners = spread(apache_cluster, topics)
-    mine = [next(t for t in topics if owners[t] == b.broker_id) for b in apache_cluster.brokers]
+    ns, owned = one_topic_per_broker(apache_cluster, "per-broker")
+    mine = [owned[b.broker_id] for b in apache_cluster.brokers]
     first.admin("PUT", f"/admin/v2/resourcegroups/{group}",
                 {"publishRateInMsgs": LIMIT, "publishRateInBytes": -1,
                  "dispatchRateInMsgs": -1, "dispatchRateInBytes": -1})

@@ -23,7 +23,7 @@ from exporter.engine.brokersplits import BrokerSplits, Counts, Quota, Splits, in
 from exporter.runtime.assembly import splits_report
 from exporter.sources.brokerreports import BrokerReports
 from exporter.transport.channel import UsageChannel
-from tests.cluster.helpers import namespace, produce_at, spread
+from tests.cluster.helpers import one_topic_per_broker, produce_at
 from tests.harness.apache_cluster import ApacheCluster, ClusterBroker
 from tests.harness.pulsar import Metrics
 
@@ -57,13 +57,7 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
         apache_cluster: ApacheCluster) -> None:
     first = apache_cluster.brokers[0]
     group = f"rg-{uuid.uuid4().hex[:8]}"
-    ns = namespace(apache_cluster, "rg-split", bundles=8)
-    topics = [f"persistent://{ns}/t{i}" for i in range(8)]
-    for topic in topics:
-        first.create_subscription(topic, "s")
-    owners = spread(apache_cluster, topics)
-    mine = {b.broker_id: next(t for t in topics if owners[t] == b.broker_id)
-            for b in apache_cluster.brokers}
+    ns, mine = one_topic_per_broker(apache_cluster, "rg-split")
 
     reader = BrokerReports(UsageChannel(first.service_url, BROKER_USAGE_TOPIC, "cluster-splits",
                                         read_only=True), stale_after=30)

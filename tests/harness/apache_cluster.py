@@ -86,19 +86,6 @@ class ClusterBroker(BrokerWeb, Workload):
         self.process: ManagedProcess | None = None
 
     @property
-    def service_url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.port}"
-
-    @property
-    def web_url(self) -> str:
-        return f"http://127.0.0.1:{self.web_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        """What an operator types: the broker answers it with a 302 to /metrics/."""
-        return f"{self.web_url}/metrics"
-
-    @property
     def broker_id(self) -> str:
         """How Pulsar names this broker: `host:webServicePort` (brokers list, leader, usage
         reports' sender), the lookup's `httpUrl` without its scheme."""

@@ -114,11 +114,24 @@ _FOLLOW = urllib.request.build_opener(_KeepMethodRedirect())
 
 
 class BrokerWeb:
-    """A broker's web port as the tests use it: admin REST calls and /metrics (standalone and
-    cluster brokers alike). Mixed in by a harness that provides `web_url`/`metrics_url`."""
+    """A broker's addresses and web port as the tests use them: admin REST calls and /metrics
+    (standalone and cluster brokers alike), on loopback at `port` and `web_port`."""
 
-    web_url: str
-    metrics_url: str
+    port: int  # the binary protocol's
+    web_port: int
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """What an operator types: the broker answers it with a 302 to /metrics/."""
+        return f"{self.web_url}/metrics"
 
     def admin(self, method: str, path: str, body: object = None, timeout: float = 10) -> Any:
         """One admin REST call; JSON in and out (None for an empty answer). HTTP errors
@@ -176,19 +189,6 @@ class ApachePulsar(BrokerWeb, Workload):
         self.start_seconds: float | None = None  # the last start(), both phases
 
     # --- where things are -----------------------------------------------------------------
-    @property
-    def service_url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.port}"
-
-    @property
-    def web_url(self) -> str:
-        return f"http://127.0.0.1:{self.web_port}"
-
-    @property
-    def metrics_url(self) -> str:
-        """What an operator types: the broker answers it with a 302 to /metrics/."""
-        return f"{self.web_url}/metrics"
-
     @property
     def otel_metrics_url(self) -> str:
         """The OpenTelemetry SDK's Prometheus exporter (`otel=True` only)."""
