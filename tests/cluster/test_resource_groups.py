@@ -7,7 +7,8 @@ with the exporter's own reader (`BrokerReports`, drained every 50 ms here so arr
 are fine) and compute, with `engine/brokersplits.py`, every broker's local quota round by
 round; each broker adds its own round's quota to its `pulsar_resource_group_calculated_*`
 counters, which we scrape every 0.25 s and difference. Every increment a broker made must be
-one our model had in force at that moment.
+one our model had in force at that moment. Beside it, the exporter as it runs (its own reader,
+drained once a cycle) publishes the same split per broker.
 """
 
 from __future__ import annotations
@@ -18,18 +19,22 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from exporter.config.load import parse
 from exporter.config.model import BROKER_USAGE_TOPIC, MonitoringClass, RateLimit, ResourceGroup
 from exporter.engine.brokersplits import BrokerSplits, Counts, Quota, Splits, increments_between
+from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.assembly import splits_report
+from exporter.runtime.cycle import Exporter
 from exporter.sources.brokerreports import BrokerReports
 from exporter.transport.channel import UsageChannel
 from tests.cluster.helpers import one_topic_per_broker, produce_at
-from tests.harness.apache_cluster import ApacheCluster, ClusterBroker
+from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker
 from tests.harness.pulsar import Metrics
 
 PERIOD = 2.0  # the brokers' resourceUsageTransportPublishIntervalInSecs (harness)
 RATES = (30, 10)  # messages a second on broker 1's topic, on broker 2's
 OBSERVE = 40.0  # seconds of rounds compared
+SLACK = 0.2  # seconds around each scrape window: arrival here and at the brokers differ
 LIMITS = {"publishRateInMsgs": 1000, "publishRateInBytes": 1_000_000,
           "dispatchRateInMsgs": 500, "dispatchRateInBytes": 400_000}
 CLASSES = {MonitoringClass.PUBLISH: "Publish", MonitoringClass.DISPATCH: "Dispatch"}
@@ -53,6 +58,24 @@ def _calculated(broker: ClusterBroker, group: str) -> dict[MonitoringClass, Coun
     return out
 
 
+def _exporter(cluster: ApacheCluster, group: str, ns: str) -> Exporter:
+    """The exporter as it runs (in process), reading the brokers' reports itself."""
+    config = parse({
+        "cluster": CLUSTER, "check_interval": f"{PERIOD}s",
+        "sources": {"brokers": [{"url": b.metrics_url} for b in cluster.brokers],
+                    "service_url": cluster.brokers[0].service_url},
+        "resource_groups": {group: {
+            "publish": {"messages_per_second": LIMITS["publishRateInMsgs"],
+                        "bytes_per_second": LIMITS["publishRateInBytes"]},
+            "dispatch": {"messages_per_second": LIMITS["dispatchRateInMsgs"],
+                         "bytes_per_second": LIMITS["dispatchRateInBytes"]},
+            "namespaces": [ns]}},
+        "resource_group_engine": {"report_interval": f"{PERIOD}s", "stale_after": "30s"},
+    }, "rg-split.yaml")
+    brokers = config.sources.brokers
+    return Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)), participate=True)
+
+
 def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
         apache_cluster: ApacheCluster) -> None:
     first = apache_cluster.brokers[0]
@@ -71,6 +94,20 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
     history: list[Splits] = []
     readings: dict[str, list[Reading]] = {b.broker_id: [] for b in apache_cluster.brokers}
     names: dict[str, str] = {}  # broker id → the name its reports carry (its service URL)
+    exporter = _exporter(apache_cluster, group, ns)
+    published = None
+    drained = threading.Event()
+
+    def drain() -> None:
+        """Every 20 ms on its own thread: a report's arrival time is when the brokers
+        got it too, give or take that (scrapes and cycles never hold it up)."""
+        while not drained.is_set():
+            for received in reader.take(time.time()).reports:
+                model.accept(splits_report(received))
+                history.append(model.splits(limits, received.at))
+            drained.wait(0.02)
+
+    drainer = threading.Thread(target=drain, name="drain-broker-reports")
     try:
         assert reader.channel.wait_connected(30)  # type: ignore[attr-defined]
         # The group exists only now: every report that names it reaches our reader.
@@ -79,16 +116,13 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
         for thread in producers:
             thread.start()
 
-        def take() -> None:
-            now = time.time()
-            for received in reader.take(now).reports:
-                model.accept(splits_report(received))
-                history.append(model.splits(limits, received.at))
-
+        drainer.start()
         began = time.monotonic()
-        next_scrape = 0.0
+        next_scrape = next_cycle = 0.0
         while time.monotonic() - began < OBSERVE + 20:
-            take()
+            if time.monotonic() >= next_cycle:  # the exporter, on its own reader and clock
+                next_cycle = time.monotonic() + PERIOD
+                published = exporter.cycle()
             if time.monotonic() >= next_scrape:
                 next_scrape = time.monotonic() + 0.25
                 for broker in apache_cluster.brokers:
@@ -98,9 +132,13 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
             time.sleep(0.05)
     finally:
         stop.set()
+        drained.set()
         for thread in producers:
             thread.join(30)
+        if drainer.ident is not None:  # started
+            drainer.join(30)
         reader.close()
+        exporter.close()
         first.admin("DELETE", f"/admin/v2/namespaces/{ns}/resourcegroup")
         first.admin("DELETE", f"/admin/v2/resourcegroups/{group}")
 
@@ -119,8 +157,8 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
                     continue
                 delta = Counts(a.bytes - b.bytes, a.messages - b.messages)
                 # the round ran after the earlier scrape began and before the later ended
-                possible = increments_between(history, name, group, cls, before.at - 0.1,
-                                              after.done + 0.1)
+                possible = increments_between(history, name, group, cls, before.at - SLACK,
+                                              after.done + SLACK)
                 if not possible or None in possible:
                     continue  # a round we could not know (before its first report reached us)
                 assert delta in possible, (broker_id, cls, after.at, delta, possible)
@@ -140,6 +178,16 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
     assert q1.pulsar.messages > q2.pulsar.messages
     assert q1.pulsar.messages + q2.pulsar.messages <= LIMITS["publishRateInMsgs"]
     assert q1.pulsar.messages + q2.pulsar.messages >= LIMITS["publishRateInMsgs"] - 2
+    # The exporter publishes the same split per broker (participant = its reports' name).
+    assert published is not None
+    metrics = Metrics(published.body.decode())
+    for broker_id, quota in ((b.broker_id, q) for b, q in zip(apache_cluster.brokers, (q1, q2),
+                                                              strict=True)):
+        shown = metrics.value("pulsar_resource_group_broker_local_quota_messages_per_second",
+                              resource_group=group, monitoring_class="publish",
+                              participant=names[broker_id], allocator="pulsar")
+        assert shown is not None and abs(shown - quota.pulsar.messages) <= 0.02 * LIMITS[
+            "publishRateInMsgs"], (broker_id, shown, quota)
     for q in (q1, q2):  # the fair what-if beside it: a share of the same limit each
         assert 0 < q.fair_messages <= LIMITS["publishRateInMsgs"], q
     assert q1.fair_messages + q2.fair_messages <= LIMITS["publishRateInMsgs"] * 1.001
