@@ -87,6 +87,7 @@ def _load_or_exit(path: str, expand: bool = False):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _terminate_like_interrupt()
     if args.command == "validate-config":
         _load_or_exit(args.file, args.expand_env)
         print("OK")
@@ -121,6 +122,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return generate(check=args.check, selector=args.selector, out=args.out)
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _terminate_like_interrupt() -> None:
+    """SIGTERM (a service manager's, `timeout`'s) unwinds like Ctrl-C: every command's
+    `finally` runs, so the demo stops its embedded broker (its own process group, which a
+    signal to ours never reaches) and Spark stops. `run` installs its own handlers: it
+    finishes the running cycle first."""
+    import signal
+    import threading
+
+    def terminated(*_: object) -> None:
+        raise SystemExit(128 + signal.SIGTERM)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, terminated)
 
 
 def _check(args: argparse.Namespace) -> int:

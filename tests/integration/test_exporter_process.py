@@ -10,6 +10,7 @@ that group outlives a test is killed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -22,7 +23,8 @@ import pytest
 
 from exporter.demo.embedded import free_port
 from exporter.record.store import config_text, read_cycles
-from tests.harness.exporter_process import ExporterProcess, run_cli
+from tests.harness.exporter_process import CLI, ExporterProcess, run_cli
+from tests.harness.process import ManagedProcess
 from tests.harness.pulsar import Metrics, PulsarLite, pulsar_lite_fixture
 from tests.harness.wait import poll
 
@@ -212,3 +214,37 @@ def test_sighup_reloads_a_bad_edit_is_refused_and_a_good_one_applied(
     assert _reloads(exporter, "success") == 2
     exporter.signal(signal.SIGTERM)
     assert exporter.wait_exit(EXIT_WITHIN) == 0
+
+
+def _demo_brokers() -> list[int]:
+    """Live pulsar-lite processes serving the demo's address (exporter/data/demo.yaml)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if (state != "Z" and any(a.endswith(b"pulsar-lite") for a in argv)
+                and b"127.0.0.1:16650" in argv):
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_demo_stops_its_embedded_broker_on_sigterm(tmp_path: Path) -> None:
+    """As a service manager (or `timeout -s TERM`) stops it: the demo exits 143 and its
+    broker, in a process group of its own, goes with it."""
+    assert _demo_brokers() == [], "a demo broker is already running"
+    demo = ManagedProcess("demo", [CLI, "demo"], tmp_path,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}).start()
+    try:
+        poll(lambda: "starting Spark" in demo.log() and _demo_brokers(),
+             "the demo's broker serving", timeout=90, show=demo.log_tail)
+        brokers = _demo_brokers()
+        demo.signal(signal.SIGTERM)  # the demo's process only, not its group
+        assert demo.wait_exit(90) == 128 + signal.SIGTERM
+        assert _demo_brokers() == [], f"the demo's broker {brokers} outlived it"
+    finally:
+        demo.stop(grace=0)
+        for pid in _demo_brokers():
+            os.kill(pid, signal.SIGKILL)
