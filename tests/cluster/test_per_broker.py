@@ -26,7 +26,10 @@ from tests.unit.test_helm_chart import render
 LIMIT = 1000  # the group's messages per second
 RATES = (30.0, 10.0)  # produced on broker 1's topic, on broker 2's
 PERIOD = 2  # seconds: the brokers' report interval (harness), and the exporters'
-STALE_AFTER = 16  # seconds: > report_interval × (max_suppressed_rounds 5 + 1)
+STALE_AFTER = 16  # seconds: > report_interval × (max_suppressed_rounds 5 + 1), the default
+# The exporters report every round here (max_suppressed_rounds 0), so a killed one's last
+# report is at most a round old and its expiry can be timed from the kill; with suppression
+# it may be up to 6 rounds old (CI once saw the peer expire 12 s after the kill).
 TOLERANCE = 0.1 * LIMIT  # two measurements of the same rates over different windows
 
 
@@ -41,7 +44,8 @@ def _chart_config(service_url: str, group: str, ns: str) -> dict:
             "resource_groups": {group: {"publish": {"messages_per_second": LIMIT},
                                         "namespaces": [ns]}},
             "resource_group_engine": {"report_interval": f"{PERIOD}s",
-                                      "stale_after": f"{STALE_AFTER}s", "allocator": "pulsar"},
+                                      "stale_after": f"{STALE_AFTER}s", "allocator": "pulsar",
+                                      "max_suppressed_rounds": 0},
             "spark": {"master": "local[1]"},
         }})
     (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"
@@ -125,7 +129,9 @@ def test_per_broker_exporters_split_a_group_as_the_brokers_do(
              timeout=STALE_AFTER + 6 * PERIOD + 30, interval=1.0)
         took = time.monotonic() - killed
         print(f"the killed peer expired after {took:.0f} s (stale_after {STALE_AFTER} s)")
-        assert took >= STALE_AFTER - PERIOD  # it expired, it was not dropped at once
+        # it expired, it was not dropped at once: its last report came ≤ a round before the
+        # kill (a round's slack more for a slow cycle on 2 busy cores)
+        assert took >= STALE_AFTER - 2 * PERIOD
     finally:
         stop.set()
         for thread in producers:
