@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from exporter.actions.lease import LeaseState
 from exporter.actions.orders import EvictionFailure
 from exporter.config.model import Allocator
 from exporter.engine.quotas import QuotaType
@@ -61,6 +62,7 @@ SCRAPE_ERROR_REASONS = _values(ScrapeError)
 REPORT_REJECT_REASONS = _values(WireReject, PeerReject, SignatureReject)
 BROKER_REPORT_REJECT_REASONS = _values(WireError)
 EVICTION_FAILURE_REASONS = _values(EvictionFailure)
+LEASE_STATES = _values(LeaseState)
 ALLOCATORS = _values(Allocator)
 TOPIC_DROP_REASONS = ("filtered", "max_topics")
 STAGES = ("collect", "pipeline", "engine", "actions", "record", "transport", "publish")
@@ -278,6 +280,20 @@ CATALOGUE: tuple[Metric, ...] = (
        "Evictions that were decided with enforcement on but failed, by reason.",
        ("cluster", "reason"), U.NONE, E,
        known_values=MappingProxyType({"reason": EVICTION_FAILURE_REASONS})),
+    _m("pulsar_quota_exporter_enforcer", G,
+       "1 for this instance's state of the enforcer lease (enforce: true only): holding "
+       "(it evicts), standing_by (another instance holds it, or the broker is out of reach) "
+       "or unfenced (the broker does not honour exclusive producers: it evicts, alone). "
+       "Across instances, the sum of holding is the number of enforcers: 1.",
+       ("cluster", "state"), U.NONE, E,
+       known_values=MappingProxyType({"state": LEASE_STATES})),
+    _m("pulsar_quota_exporter_enforcer_acquired_total", C,
+       "Times this instance took the enforcer lease (a hand-over when another held it).",
+       ("cluster",), U.NONE, E),
+    _m("pulsar_quota_exporter_enforcer_lost_total", C,
+       "Times this instance found the enforcer lease gone: fenced by a new holder, or the "
+       "broker out of reach when it confirmed its claim before an eviction.",
+       ("cluster",), U.NONE, E),
     _m("pulsar_quota_exporter_usage_reports_sent_total", C,
        "Resource-group usage reports published by this instance.",
        ("cluster",), U.NONE, E),

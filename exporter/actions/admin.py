@@ -8,7 +8,7 @@ import http.client as http_client
 import json
 import ssl
 import urllib.error
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import quote
 
 from exporter.actions.orders import (
@@ -21,6 +21,8 @@ from exporter.actions.orders import (
     NothingToEvict,
     Performed,
     Skipped,
+    lease_lost,
+    unfenced,
 )
 from exporter.adminhttp import AdminHttp, CaFileError, TokenFileError
 from exporter.config.model import AdminSource
@@ -59,14 +61,15 @@ class AdminEvictor:
     def __init__(self, source: AdminSource):
         self._source = source
 
-    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[EvictionResult, ...]:
+    def perform(self, orders: Sequence[EvictionOrder],
+                fence: Callable[[], bool] = unfenced) -> tuple[EvictionResult, ...]:
         if not orders:
             return ()
         try:  # built per batch: the token is read now, as it may have rotated
             http = AdminHttp(self._source)
         except (TokenFileError, CaFileError) as exc:  # ours to fix, like a 401
             return tuple(EvictionFailed(o, EvictionFailure.OTHER, str(exc)) for o in orders)
-        return tuple(self._one(http, order) for order in orders)
+        return tuple(self._one(http, o) if fence() else lease_lost(o) for o in orders)
 
     @staticmethod
     def _one(http: AdminHttp, order: EvictionOrder) -> EvictionResult:

@@ -41,6 +41,8 @@ from exporter.actions.orders import (
     NothingToEvict,
     Performed,
     Skipped,
+    lease_lost,
+    unfenced,
 )
 
 log = logging.getLogger(__name__)
@@ -80,7 +82,8 @@ class BinaryEvictor:
         self._budget = budget  # per order, for acknowledging message by message
         self._idle_wait = idle_wait  # no message within this: the backlog is exhausted
 
-    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[EvictionResult, ...]:
+    def perform(self, orders: Sequence[EvictionOrder],
+                fence: Callable[[], bool] = unfenced) -> tuple[EvictionResult, ...]:
         if not orders:
             return ()
         try:
@@ -92,7 +95,7 @@ class BinaryEvictor:
             return tuple(EvictionFailed(o, EvictionFailure.OTHER, f"service_url: {exc}")
                          for o in orders)
         try:
-            return tuple(self._one(client, o) for o in orders)
+            return tuple(self._one(client, o) if fence() else lease_lost(o) for o in orders)
         finally:
             client.close()
 

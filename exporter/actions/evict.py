@@ -11,11 +11,19 @@ Two ways to the cluster, chosen by `evictor_for(config)`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from exporter.actions.admin import AdminEvictor
 from exporter.actions.binary import BinaryEvictor
-from exporter.actions.orders import EvictionFailure, EvictionOrder, EvictionResult, Evictor, Skipped
+from exporter.actions.lease import EnforcerLease
+from exporter.actions.orders import (
+    EvictionFailure,
+    EvictionOrder,
+    EvictionResult,
+    Evictor,
+    Skipped,
+    unfenced,
+)
 from exporter.config.model import Config
 from exporter.transport.client import client_options
 
@@ -23,7 +31,8 @@ from exporter.transport.client import client_options
 class Unconfigured:
     """Neither an admin source nor a service URL: every order is Skipped(no_service_url)."""
 
-    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[EvictionResult, ...]:
+    def perform(self, orders: Sequence[EvictionOrder],
+                fence: Callable[[], bool] = unfenced) -> tuple[EvictionResult, ...]:
         return tuple(Skipped(o, EvictionFailure.NO_SERVICE_URL,
                              "configure sources.service_url or sources.admin") for o in orders)
 
@@ -37,3 +46,13 @@ def evictor_for(config: Config, *, timeout: float = 5.0) -> Evictor:
         return BinaryEvictor(sources.service_url, timeout=timeout,
                              client_options=client_options(sources))
     return Unconfigured()
+
+
+def lease_for(config: Config, *, timeout: float = 5.0) -> EnforcerLease | None:
+    """The enforcer lease when enforcing (through `sources.service_url`, which `enforce`
+    requires); None in a dry run, where nothing needs excluding."""
+    if not config.backlog_quotas.enforce or not config.sources.service_url:
+        return None
+    return EnforcerLease(config.sources.service_url, config.backlog_quotas.lock_topic,
+                         config.resource_group_engine.participant, timeout=timeout,
+                         client_options=client_options(config.sources))

@@ -5,7 +5,7 @@ subscription cut, one result per order, every reason a closed set counted by val
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
@@ -24,6 +24,7 @@ class EvictionFailure(StrEnum):
     NOT_FOUND = "not_found"
     TIMEOUT = "timeout"
     BROKER_ERROR = "broker_error"
+    LEASE_LOST = "lease_lost"  # another instance took the enforcer lease (actions/lease.py)
     OTHER = "other"
 
 
@@ -111,7 +112,7 @@ class Skipped:
     """Deliberately not attempted: nothing to reach it with, or not safe now."""
 
     order: EvictionOrder
-    reason: EvictionFailure  # NO_SERVICE_URL | CONSUMER_CONNECTED
+    reason: EvictionFailure  # NO_SERVICE_URL | CONSUMER_CONNECTED | LEASE_LOST
     detail: str
 
 
@@ -125,5 +126,17 @@ class EvictionFailed:
 EvictionResult = Performed | NothingToEvict | Skipped | EvictionFailed
 
 
+def unfenced() -> bool:
+    return True
+
+
+def lease_lost(order: EvictionOrder) -> Skipped:
+    return Skipped(order, EvictionFailure.LEASE_LOST,
+                   "the enforcer lease went to another instance before this eviction")
+
+
 class Evictor(Protocol):
-    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[EvictionResult, ...]: ...
+    def perform(self, orders: Sequence[EvictionOrder],
+                fence: Callable[[], bool] = unfenced) -> tuple[EvictionResult, ...]:
+        """`fence()` is asked before each order: False (the lease is gone) skips it."""
+        ...

@@ -5,7 +5,8 @@ enforcement off each (topic, quota type) is counted once per check as "would evi
 logged once while it lasts. With it on, orders go to the evictor with the connected
 consumers the cycle saw on each subscription (the binary path evicts only when there are
 none), one eviction per topic and quota type is counted per check, as Pulsar counts them,
-and every failure is counted by reason.
+and every failure is counted by reason. Of several enforcing instances only the holder of
+the enforcer lease evicts (actions/lease.py); the others decide, export and stand by.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 
+from exporter.actions.lease import EnforcerLease
 from exporter.actions.orders import EvictionFailed, EvictionOrder, Evictor, Performed, Skipped
 from exporter.engine.decide import Decisions
 from exporter.exposition.build import Tallies
@@ -55,11 +57,15 @@ class Enforcement:
         self._size_cuts: dict[tuple[str, str], float | None] = {}
 
     def act(self, decisions: Decisions, *, enforce: bool, evictor: Evictor, tallies: Tallies,
-            consumers: Callable[[], Consumers]) -> None:
-        """`consumers` is called only when there is something to evict."""
+            consumers: Callable[[], Consumers], lease: EnforcerLease | None = None) -> None:
+        """`consumers` is called only when there is something to evict. `lease`: enforcing
+        with others, evict only while holding it (None: alone, as a test's evictor is)."""
         namespaces = {d.topic: d.namespace for d in decisions.topics}
         if not enforce:
             self._dry_run(orders_for(decisions), namespaces, tallies)
+            return
+        if lease is not None and not lease.refresh():
+            self._size_cuts.clear()  # the holder cuts; its cuts are not ours to wait on
             return
         orders = orders_for(decisions)
         if not orders:
@@ -69,7 +75,9 @@ class Enforcement:
         backlog_bytes = {(d.topic, s.subscription): s.backlog_bytes
                          for d in decisions.topics for s in d.plan.size}
         performed = set()
-        for result in evictor.perform(self._not_yet_seen_by_broker(orders, backlog_bytes)):
+        fence = lease.confirm if lease is not None else (lambda: True)
+        for result in evictor.perform(self._not_yet_seen_by_broker(orders, backlog_bytes),
+                                      fence):
             o = result.order
             if isinstance(result, Performed):
                 performed.add((namespaces[o.topic], o.topic, o.quota_type))

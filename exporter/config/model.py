@@ -61,6 +61,8 @@ class BacklogQuotas:
     namespaces: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # "tenant/ns"
     topics: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # full topic name
     enforce: bool = False  # dry-run by default: decide and export, never touch the cluster
+    # Enforcing instances take turns through an exclusive producer here (actions/lease.py).
+    lock_topic: str = "persistent://public/default/pulsar-quota-exporter-enforcer"
     # Parsed configs: `both` when sources.admin is set, else `config` (config.parse).
     source: PolicySource = PolicySource.CONFIG
 

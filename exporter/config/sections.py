@@ -100,6 +100,8 @@ def backlog_quotas(r: Reader, value: object, path: str) -> BacklogQuotas:
         namespaces=by_scope["namespaces"],
         topics=by_scope["topics"],
         enforce=r.get(m, "enforce", path, cv.boolean, BacklogQuotas.enforce),
+        lock_topic=r.get(m, "lock_topic", path, cv.topic("persistent"),
+                         BacklogQuotas.lock_topic),
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter import __version__
+from exporter.actions.lease import LeaseState, LeaseView
 from exporter.catalogue import CHECK_DURATION_BUCKETS
 from exporter.config.model import RetentionPolicy
 from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
@@ -89,6 +90,7 @@ class CycleFacts:
     topics_filtered: int = 0  # left out by filters.topics, in the brokers' latest tables
     max_topics: int | None = None  # filters.max_topics
     record_bytes: int | None = None  # the record directory's size, when recording
+    lease: LeaseView | None = None  # the enforcer lease, when enforcing
 
 
 def _finite(v: float | None) -> bool:
@@ -278,6 +280,12 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     if facts.record_bytes is not None:
         b.add("pulsar_quota_exporter_record_bytes", (c,), facts.record_bytes)
         b.add("pulsar_quota_exporter_record_failures_total", (c,), tallies.record_failures)
+    if facts.lease is not None:
+        for state in LeaseState:
+            b.add("pulsar_quota_exporter_enforcer", (c, state.value),
+                  float(state is facts.lease.state))
+        b.add("pulsar_quota_exporter_enforcer_acquired_total", (c,), facts.lease.acquired)
+        b.add("pulsar_quota_exporter_enforcer_lost_total", (c,), facts.lease.lost)
     b.add("pulsar_quota_exporter_check_interval_seconds", (c,), facts.check_interval)
     b.add("pulsar_quota_exporter_usage_report_interval_seconds", (c,), facts.report_interval)
     b.add("pulsar_quota_exporter_usage_report_max_gap_seconds", (c,), facts.report_max_gap)

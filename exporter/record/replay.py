@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from exporter.actions.orders import Completion, EvictionMethod, EvictionOrder, Performed
+from exporter.actions.orders import (
+    Completion,
+    EvictionMethod,
+    EvictionOrder,
+    Performed,
+    unfenced,
+)
 from exporter.config.model import Config, TopicFilter
 from exporter.exposition.status import view
 from exporter.pipeline.lastgood import LastGood
@@ -119,7 +125,8 @@ class SimulatedEvictor:
     def __init__(self) -> None:
         self.orders: list[EvictionOrder] = []
 
-    def perform(self, orders: Sequence[EvictionOrder]) -> tuple[Performed, ...]:
+    def perform(self, orders: Sequence[EvictionOrder],
+                fence: Callable[[], bool] = unfenced) -> tuple[Performed, ...]:
         self.orders += orders
         return tuple(Performed(o, EvictionMethod.SEEK, o.messages, Completion.CONFIRMED)
                      for o in orders)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from exporter.actions.evict import evictor_for
+from exporter.actions.evict import evictor_for, lease_for
 from exporter.actions.orders import Evictor
 from exporter.actions.plan import Enforcement, consumers_seen
 from exporter.config.model import Config, ResourceGroup
@@ -84,6 +84,7 @@ class Exporter:
         self._side = ThreadPoolExecutor(1, thread_name_prefix="admin-scrape")
         self.admin_side = admin_side or admin_side_for(config)
         self.evictor = evictor or evictor_for(config)
+        self.lease = lease_for(config) if evictor is None else None  # a test's evicts alone
         self.state = state or PublishedState(config.check_interval)
         self.tallies = Tallies()
         self.decider = Decider(config)
@@ -158,7 +159,8 @@ class Exporter:
                                engine.max_report_gap, self.config.backlog_quotas.enforce,
                                topics_filtered=self._filtered,
                                max_topics=self.config.filters.max_topics,
-                               record_bytes=self.recorder.bytes if self.recorder else None)
+                               record_bytes=self.recorder.bytes if self.recorder else None,
+                               lease=self.lease.view() if self.lease else None)
             metrics = build(facts, decisions, snapshot.health, self.tallies,
                             self.decider.participant, reports, splits)
         body = render(metrics, topic_level=self.config.exposition.topic_level)
@@ -230,7 +232,7 @@ class Exporter:
             with stage("actions"):
                 self.enforcement.act(decisions, enforce=self.config.backlog_quotas.enforce,
                                      evictor=self.evictor, tallies=self.tallies,
-                                     consumers=lambda: consumers_seen(agg))
+                                     consumers=lambda: consumers_seen(agg), lease=self.lease)
             self._last_decisions = decisions
             self._last_success = now
             forgotten = self.tallies.forget_unseen((d.topic for d in decisions.topics), now,
@@ -265,7 +267,10 @@ class Exporter:
         self.tallies.cycles_skipped += ticks
 
     def close(self) -> None:
-        """Stop cleanly: a goodbye tells peers to drop our usage at once."""
+        """Stop cleanly: a goodbye tells peers to drop our usage at once, and a standby
+        takes the enforcer lease at its next cycle."""
+        if self.lease is not None:
+            self.lease.close()
         if self.exchange is not None:
             self.exchange.goodbye(self._clock())
             self.exchange.close()
@@ -364,8 +369,12 @@ class Exporter:
         if ((new.sources.brokers, new.filters.topics) != (old.sources.brokers, old.filters.topics)
                 and self._brokers is not None):
             self._brokers = None  # a new plan over the new endpoints, at the next cycle
-        if (new.sources, new.backlog_quotas.enforce) != (old.sources, old.backlog_quotas.enforce):
+        if ((new.sources, new.backlog_quotas.enforce, new.backlog_quotas.lock_topic)
+                != (old.sources, old.backlog_quotas.enforce, old.backlog_quotas.lock_topic)):
             self.evictor = evictor_for(new)
+            if self.lease is not None:
+                self.lease.close()
+            self.lease = lease_for(new)
         engine_old, engine_new = old.resource_group_engine, new.resource_group_engine
         if ((engine_new.topic, engine_new.report_interval, engine_new.report_signing,
              new.sources.service_url)

@@ -73,6 +73,7 @@ STANDALONE_OVERRIDES: Mapping[str, str] = {
     "statsUpdateInitialDelayInSecs": "1",
     "resourceUsageTransportPublishIntervalInSecs": "2",
     "brokerDeleteInactiveTopicsEnabled": "false",  # tests leave topics idle on purpose
+    "keepAliveIntervalSeconds": "5",  # a hung client's producers go in ~10 s, not ~60 s
     "webSocketServiceEnabled": "false",
     "managedLedgerCacheSizeMB": "32",
     "dbStorage_writeCacheMaxSizeMb": "16",
