@@ -61,6 +61,8 @@ def _client_failure(exc: Exception) -> tuple[EvictionFailure, str]:
         return EvictionFailure.TIMEOUT, detail
     if isinstance(exc, pulsar.ConsumerBusy):
         return EvictionFailure.CONSUMER_CONNECTED, detail
+    if isinstance(exc, pulsar.AuthorizationError | pulsar.AuthenticationError):
+        return EvictionFailure.FORBIDDEN, detail
     if isinstance(exc, pulsar.TopicNotFound | pulsar.SubscriptionNotFound):
         return EvictionFailure.NOT_FOUND, detail
     if isinstance(exc, pulsar.PulsarException):

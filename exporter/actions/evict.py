@@ -3,7 +3,7 @@
 Two ways to the cluster, chosen by `evictor_for(config)`:
 
 - Admin REST (Apache Pulsar): `GET …/stats?getEarliestTimeInBacklog=true` to see the
-  subscription, then `POST …/subscription/{sub}/resetcursor/{ms}` or `…/skip/{n}`.
+  subscription, then `POST …/subscription/{sub}/expireMessages/{s}` or `…/skip/{n}`.
 - Binary protocol (pulsar-client; works on pulsar-lite, which has no admin API): attach to
   the subscription as a `Shared` consumer, then `seek(publish_time_ms)` for a cut-off, or
   receive and individually acknowledge N messages for a skip (Shared forbids cumulative acks).

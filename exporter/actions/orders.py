@@ -24,6 +24,7 @@ class EvictionFailure(StrEnum):
     NOT_FOUND = "not_found"
     TIMEOUT = "timeout"
     BROKER_ERROR = "broker_error"
+    FORBIDDEN = "forbidden"  # the broker refused our credentials or our role's permissions
     LEASE_LOST = "lease_lost"  # another instance took the enforcer lease (actions/lease.py)
     OTHER = "other"
 
@@ -31,7 +32,7 @@ class EvictionFailure(StrEnum):
 class EvictionMethod(StrEnum):
     SEEK = "seek"  # binary protocol, consumer.seek(publish_time_ms)
     ACKNOWLEDGE = "acknowledge"  # binary protocol, receive + individual acks
-    ADMIN_RESET_CURSOR = "admin_reset_cursor"
+    ADMIN_EXPIRE = "admin_expire"  # …/expireMessages/{seconds}, the broker's precise rule
     ADMIN_SKIP = "admin_skip"
 
 
@@ -39,6 +40,7 @@ class Completion(StrEnum):
     CONFIRMED = "confirmed"
     UNCONFIRMED = "unconfirmed"  # the broker dropped the connection after the request
     PARTIAL = "partial"  # the time budget ran out before all messages were acknowledged
+    STARTED = "started"  # the broker accepted it and finishes on its own (expireMessages)
 
 
 @dataclass(frozen=True)

@@ -9,24 +9,23 @@ Pulsar's broker (`BrokerService.monitorBacklogQuota`, `PersistentTopic`,
 - The topic backlog is that of the subscription holding the oldest unacknowledged message
   (PIP-323). Where no subscription's publish time is known we fall back to the one with the
   largest backlog (without individual-ack holes it is the same subscription) and say so.
-- Size exceeded: strictly more bytes than the limit. Pulsar tests `backlog >= limit`
-  (`isSizeBacklogExceeded`), which is harmless there because it evicts down to 90 % of the
-  limit; we evict down to the limit itself, and with `>=` a topic left exactly at its limit
-  by its own eviction would be flagged again on every check. Time exceeded: the oldest
-  message is strictly older than the limit, as in Pulsar (`now > publish + limit`).
-  Disabled: `None`, a negative size, a time ≤ 0 (Pulsar's -1 / ≤ 0 conventions).
-- Eviction goes down to the limit exactly, never further. Pulsar targets 90 % of the size
-  limit (and 90 % of the time limit in precise mode) as hysteresis against re-triggering;
-  that discards messages the operator's quota allows to keep. Our check runs every cycle and
-  counts every eviction, so a re-trigger is cheap and visible. Size: per subscription the
-  fewest messages whose skip brings it to ≤ limit, ceil(excess / bytes-per-message), so
-  what remains is within one message below the limit. Time: the cut-off `now − limit`;
-  messages published before it go, nothing newer.
+- Size exceeded: strictly more bytes than the limit (Pulsar: `backlog >= limit`,
+  `isSizeBacklogExceeded`; a backlog exactly at the limit is within what the operator
+  wrote). Time exceeded: the oldest message is strictly older than the limit, as in Pulsar
+  (`now > publish + limit`). Disabled: `None`, a negative size, a time ≤ 0 (Pulsar's -1 /
+  ≤ 0 conventions).
+- Eviction goes to 90 % of the limit (`EVICTION_TARGET`), as the broker's does: for size
+  always (`dropBacklogForSizeLimit`, reductionFactor 0.9), for time in its precise mode
+  (`dropBacklogForTimeLimit` expires at `(int)(0.9 × limitTime)`). The hysteresis keeps a
+  topic that just went over from being evicted again at every check. Size: per
+  subscription the fewest messages whose skip brings it to ≤ the target,
+  ceil(excess / bytes-per-message). Time: the cut-off `now − 0.9 × limit`; messages
+  published before it go, nothing newer.
 - Which subscriptions. Size: as Pulsar's eviction loop (skip on the slowest cursor, recompute
   the topic backlog, repeat while it is over the target): oldest-first, every subscription
-  over the limit until the first one within it. Time: every subscription with messages older
-  than the cut-off (Pulsar expires on all subscriptions), including those whose publish time
-  is unknown: expiring by cut-off removes nothing a time limit allows to keep.
+  over the target until the first one within it. Time: every subscription with messages
+  older than the cut-off (Pulsar expires on all subscriptions), including those whose
+  publish time is unknown: expiring by cut-off removes nothing a time limit allows to keep.
 - Both limits in one check: Pulsar evaluates the time quota only when the size quota is not
   exceeded; we report both and plan both (each cut is required on its own; applied together
   a subscription loses the larger of the two heads).
@@ -55,6 +54,8 @@ from exporter.engine.quotas import (
 )
 
 __all__ = ["QuotaSource", "QuotaType"]  # re-exported: they were defined here first
+
+EVICTION_TARGET = Fraction(9, 10)  # of the limit, as BacklogQuotaManager's reductionFactor
 
 
 class TimeSource(StrEnum):
@@ -254,9 +255,9 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
     action = Action.NONE if acting is None else Action(acting.value)
     evicting = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
     plan = EvictionPlan(
-        size=(_size_plan(ordered, avg, limit_size)
+        size=(_size_plan(ordered, avg, limit_size * EVICTION_TARGET)
               if size is LimitStatus.EXCEEDED and limits.size.policy is evicting else ()),
-        time=(_time_plan(ordered, cutoff)
+        time=(_time_plan(ordered, now - limit_time * EVICTION_TARGET)
               if time is LimitStatus.EXCEEDED and limits.time.policy is evicting else ()),
     )
     if acting is not None:
@@ -322,10 +323,11 @@ def _bytes_per_message(sub: SubscriptionBacklog, avg: float | None) -> Fraction 
 
 
 def _size_plan(
-    ordered: Sequence[SubscriptionBacklog], avg: float | None, limit: int | None
+    ordered: Sequence[SubscriptionBacklog], avg: float | None, target: Fraction
 ) -> tuple[SizeEviction, ...]:
-    if limit is None:
-        return ()
+    """Every subscription over `target`, slowest first, skips down to it (the loop of
+    BacklogQuotaManager.dropBacklogForSizeLimit, per subscription and in messages)."""
+    limit = target
     plan: list[SizeEviction] = []
     for sub in ordered:
         backlog, _ = _bytes(sub, avg)
@@ -338,10 +340,8 @@ def _size_plan(
 
 
 def _time_plan(
-    ordered: Sequence[SubscriptionBacklog], cutoff: float | None
+    ordered: Sequence[SubscriptionBacklog], cutoff: float
 ) -> tuple[TimeEviction, ...]:
-    if cutoff is None:
-        return ()
     return tuple(
         TimeEviction(sub.name, cutoff, sub.oldest_publish_time)
         for sub in ordered

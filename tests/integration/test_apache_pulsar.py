@@ -1,6 +1,6 @@
 """Against a real Apache Pulsar standalone broker (tests/harness/apache_pulsar.py): the admin
-REST scraper, the broker's own PIP-323 metrics, backlog quotas set over REST, and evictions
-performed through admin REST (exporter/actions/evict.py's AdminEvictor).
+REST scraper, the broker's own PIP-323 metrics and backlog quotas set over REST (evictions:
+test_apache_pulsar_evictions.py).
 
 Every test works in its own namespace, so the shared session broker carries no state from
 one test to another. Numbers are compared with what the test itself produced.
@@ -8,36 +8,15 @@ one test to another. Numbers are compared with what the test itself produced.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pulsar
-import pytest
 
-from exporter.actions.admin import AdminEvictor
-from exporter.actions.orders import (
-    EvictionFailed,
-    EvictionFailure,
-    EvictionMethod,
-    EvictionOrder,
-    NothingToEvict,
-    Performed,
-    Skipped,
-)
-from exporter.catalogue import EVICTION_FAILURE_REASONS
-from exporter.config.model import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
-from exporter.engine.backlog import (
-    SubscriptionBacklog,
-    TimeSource,
-    TopicBacklogState,
-    TopicDecision,
-    check,
-)
+from exporter.config.model import AdminSource
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.model import TopicStats
 from tests.harness.apache_pulsar import ApachePulsar, poll
@@ -72,27 +51,6 @@ def _scraped(broker: ApachePulsar, topic: str) -> TopicStats | None:
     outcome = AdminScraper(_source(broker)).fetch()
     assert isinstance(outcome, AdminFetched), outcome
     return next((t for t in outcome.snapshot.topics if t.topic == topic), None)
-
-
-def _state(broker: ApachePulsar, topic: str, namespace: str) -> TopicBacklogState:
-    """The engine's input from the broker's own stats (precise publish times, PIP-323)."""
-    stats = broker.topic_stats(topic)
-    subs = tuple(
-        SubscriptionBacklog(
-            name, sub["msgBacklog"], sub["backlogSize"],
-            sub["earliestMsgPublishTimeInBacklog"] / 1000
-            if sub.get("earliestMsgPublishTimeInBacklog", 0) > 0 else None,
-            TimeSource.PRECISE)
-        for name, sub in sorted(stats["subscriptions"].items()))
-    return TopicBacklogState(topic, namespace, subs)
-
-
-def _orders(decision: TopicDecision) -> list[EvictionOrder]:
-    """The engine's plan as the check loop turns it into orders."""
-    return ([EvictionOrder(decision.topic, s.subscription, "size", messages=s.skip_messages)
-             for s in decision.plan.size]
-            + [EvictionOrder(decision.topic, t.subscription, "time", before_publish_time=t.cutoff)
-               for t in decision.plan.time])
 
 
 # --- admin REST scraper -----------------------------------------------------------------------
@@ -243,94 +201,6 @@ def _trimmed(text: str, topics: set[str]) -> str:
                 namespace is None or namespace.group(1) in namespaces):
             keep.append(line)
     return "\n".join(keep) + "\n"
-
-
-# --- evictions over admin REST ------------------------------------------------------------------
-
-
-@pytest.fixture
-def stalled(apache_pulsar: ApachePulsar) -> tuple[str, str, float]:
-    """(namespace, topic, cut): 40 messages, then 20 more, on stalled subscriptions; `cut`
-    (epoch seconds) falls strictly between the two batches' publish times (set by the
-    client when it sends)."""
-    namespace = apache_pulsar.create_namespace("evict")
-    topic = _topic(namespace, "orders")
-    for subscription in ("by-size", "by-time", "connected"):
-        apache_pulsar.create_subscription(topic, subscription)
-    apache_pulsar.produce(topic, 40, PAYLOAD)
-    end_first = time.time()
-    time.sleep(0.05)  # separates the batches' millisecond publish times; asserts nothing
-    start_second = time.time()
-    apache_pulsar.produce(topic, 20, PAYLOAD, start=40)
-    assert _sub(apache_pulsar, topic, "by-time")["msgBacklog"] == 60
-    return namespace, topic, (end_first + start_second) / 2
-
-
-def test_admin_evictor_skips_down_to_the_size_quota(apache_pulsar: ApachePulsar,
-                                                    stalled: tuple[str, str, float]) -> None:
-    namespace, topic, _ = stalled
-    before = _sub(apache_pulsar, topic, "by-size")
-    per_message = before["backlogSize"] / 60
-    limit = int(per_message * 25.5)  # room for 25 messages, not 26
-    quotas = BacklogQuotas(topics={topic: BacklogQuota(
-        limit_size=limit, policy=RetentionPolicy.CONSUMER_BACKLOG_EVICTION)})
-    decision = check(_state(apache_pulsar, topic, namespace), quotas, time.time())
-    orders = [o for o in _orders(decision) if o.subscription == "by-size"]
-    assert [o.messages for o in orders] == [35]
-
-    results = AdminEvictor(_source(apache_pulsar)).perform(orders)
-    assert [(type(r), r.method) for r in results] == [(Performed, EvictionMethod.ADMIN_SKIP)]
-    after = _sub(apache_pulsar, topic, "by-size")
-    assert after["msgBacklog"] == 25
-    assert after["backlogSize"] <= limit
-    assert _sub(apache_pulsar, topic, "by-time")["msgBacklog"] == 60  # others untouched
-    with apache_pulsar.consumer(topic, "by-size") as consumer:
-        assert consumer.receive(timeout_millis=10_000).data().startswith(b"35.")
-
-
-def test_admin_evictor_resets_cursors_to_the_time_quota(apache_pulsar: ApachePulsar,
-                                                        stalled: tuple[str, str, float]) -> None:
-    namespace, topic, cut = stalled
-    limit_time = 30.0
-    quotas = BacklogQuotas(namespaces={namespace: BacklogQuota(
-        limit_time=limit_time, policy=RetentionPolicy.CONSUMER_BACKLOG_EVICTION)})
-    # The engine is pure: "now" is chosen so that its cut-off is `cut`.
-    decision = check(_state(apache_pulsar, topic, namespace), quotas, cut + limit_time)
-    orders = [o for o in _orders(decision) if o.subscription == "by-time"]
-    assert len(orders) == 1 and math.isclose(orders[0].before_publish_time, cut)
-
-    results = AdminEvictor(_source(apache_pulsar)).perform(orders)
-    assert [(type(r), r.method) for r in results] == [
-        (Performed, EvictionMethod.ADMIN_RESET_CURSOR)]
-    after = _sub(apache_pulsar, topic, "by-time")
-    assert after["msgBacklog"] == 20
-    assert after["earliestMsgPublishTimeInBacklog"] >= cut * 1000
-    # Once more: nothing is older than the cut any more, so nothing is done.
-    again = AdminEvictor(_source(apache_pulsar)).perform(orders)
-    assert [type(r) for r in again] == [NothingToEvict]
-    assert _sub(apache_pulsar, topic, "by-time")["msgBacklog"] == 20
-
-
-def test_admin_evictor_counts_what_it_could_not_do_by_reason(
-        apache_pulsar: ApachePulsar, stalled: tuple[str, str, float]) -> None:
-    namespace, topic, cut = stalled
-    orders = [
-        EvictionOrder(_topic(namespace, "never-created"), "s", "time", before_publish_time=cut),
-        EvictionOrder(topic, "never-subscribed", "size", messages=5),
-        EvictionOrder(topic, "connected", "size", messages=5),
-        EvictionOrder(f"persistent://no-such-tenant/ns/{topic.rsplit('/', 1)[1]}", "s", "size",
-                      messages=5),
-    ]
-    with apache_pulsar.consumer(topic, "connected", pulsar.ConsumerType.Exclusive):
-        poll(lambda: _sub(apache_pulsar, topic, "connected")["consumers"],
-             "the exclusive consumer is listed in the topic stats")
-        results = AdminEvictor(_source(apache_pulsar)).perform(orders)
-    assert [type(r) for r in results] == [EvictionFailed, EvictionFailed, Skipped, EvictionFailed]
-    by_reason = Counter(r.reason.value for r in results if isinstance(r, EvictionFailed | Skipped))
-    assert by_reason == {EvictionFailure.NOT_FOUND.value: 3,
-                         EvictionFailure.CONSUMER_CONNECTED.value: 1}
-    assert set(by_reason) <= set(EVICTION_FAILURE_REASONS)
-    assert _sub(apache_pulsar, topic, "connected")["msgBacklog"] == 60  # left alone
 
 
 def test_usage_reports_are_published_for_a_bound_resource_group(

@@ -269,20 +269,41 @@ BASE = "/admin/v2/persistent/my-tenant/my-ns/orders%20v2"
 STATS = f"{BASE}/stats?getEarliestTimeInBacklog=true"
 
 
-def test_admin_time_order_resets_the_cursor_with_the_token(recorder: AdminRecorder,
-                                                           tmp_path: Path) -> None:
+def test_admin_time_order_expires_with_the_token(recorder: AdminRecorder,
+                                                  tmp_path: Path) -> None:
+    """The cut-off is 30.2 s ago on the evictor's clock: expire what is older than 31 s
+    (rounded up, so nothing newer than the cut-off goes)."""
     token = tmp_path / "token"
     token.write_text("secret-token\n")
-    recorder.answer("GET", STATS, 200, _stats("sub/1"))
-    recorder.answer("POST", f"{BASE}/subscription/sub%2F1/resetcursor/1700000005001")
-    order = EvictionOrder(TOPIC, "sub/1", "time", before_publish_time=1_700_000_005.0005)
-    (result,) = AdminEvictor(AdminSource(recorder.url, token_file=str(token))).perform([order])
-    assert result == Performed(order, EvictionMethod.ADMIN_RESET_CURSOR, None,
-                               Completion.CONFIRMED)
+    recorder.answer("GET", STATS, 200, _stats("sub/1", kind="Exclusive", consumers=1))
+    recorder.answer("POST", f"{BASE}/subscription/sub%2F1/expireMessages/31")
+    order = EvictionOrder(TOPIC, "sub/1", "time", before_publish_time=1_700_000_005.0)
+    evictor = AdminEvictor(AdminSource(recorder.url, token_file=str(token)),
+                           clock=lambda: 1_700_000_035.2)
+    (result,) = evictor.perform([order])
+    assert result == Performed(order, EvictionMethod.ADMIN_EXPIRE, None, Completion.STARTED)
     assert recorder.requests == [
         ("GET", STATS, "Bearer secret-token"),
-        ("POST", f"{BASE}/subscription/sub%2F1/resetcursor/1700000005001", "Bearer secret-token"),
+        ("POST", f"{BASE}/subscription/sub%2F1/expireMessages/31", "Bearer secret-token"),
     ]
+
+
+@pytest.mark.parametrize(("consumers", "expected"), [
+    (2, (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
+    (0, (EvictionFailed, EvictionFailure.BROKER_ERROR))])
+def test_admin_expiry_refused_by_the_broker(recorder: AdminRecorder, consumers: int,
+                                            expected: tuple) -> None:
+    """409: with consumers connected, PersistentSubscription.expireMessages' guard (backlog
+    under 1,000 entries, oldest younger than 1.5 × s): retried next cycle; without, an
+    expiry still running. Never a resetcursor."""
+    recorder.answer("GET", STATS, 200, _stats("s", kind="Failover", consumers=consumers))
+    recorder.answer("POST", f"{BASE}/subscription/s/expireMessages/10", 409,
+                    {"reason": "Expire message by timestamp not issued on topic"})
+    order = EvictionOrder(TOPIC, "s", "time", before_publish_time=1_700_000_005.0)
+    (result,) = AdminEvictor(AdminSource(recorder.url), clock=lambda: 1_700_000_015.0).perform(
+        [order])
+    assert (type(result), result.reason) == expected
+    assert [m for m, _, _ in recorder.requests] == ["GET", "POST"]
 
 
 def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminRecorder) -> None:
@@ -300,12 +321,6 @@ def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminRecorder) 
 @pytest.mark.parametrize(("stats", "order_kwargs", "expected"), [
     (None, {"messages": 5}, (EvictionFailed, EvictionFailure.NOT_FOUND)),
     (_stats("other"), {"messages": 5}, (EvictionFailed, EvictionFailure.NOT_FOUND)),
-    (_stats("s", kind="Exclusive", consumers=1), {"messages": 5},
-     (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
-    (_stats("s", kind="Failover", consumers=2), {"before_publish_time": 2e9},
-     (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
-    (_stats("s", consumers=1, earliest=None), {"before_publish_time": 2e9},
-     (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
     (_stats("s", backlog=0), {"messages": 5}, (NothingToEvict, None)),
     (_stats("s", earliest=1_700_000_000_000), {"before_publish_time": 1_700_000_000.0},
      (NothingToEvict, None)),
@@ -323,14 +338,15 @@ def test_admin_decides_before_posting(recorder: AdminRecorder, stats: dict | Non
 
 @pytest.mark.parametrize(("status", "reason"), [
     (500, EvictionFailure.BROKER_ERROR), (412, EvictionFailure.BROKER_ERROR),
-    (403, EvictionFailure.OTHER), (404, EvictionFailure.NOT_FOUND)])
+    (401, EvictionFailure.FORBIDDEN), (403, EvictionFailure.FORBIDDEN),
+    (404, EvictionFailure.NOT_FOUND)])
 def test_admin_post_errors_map_to_reasons(recorder: AdminRecorder, status: int,
                                           reason: EvictionFailure) -> None:
     recorder.answer("GET", STATS, 200, _stats("s", earliest=None))
-    recorder.answer("POST", f"{BASE}/subscription/s/resetcursor/2000000000000", status,
-                    {"reason": "Unable to find position for timestamp specified"})
+    recorder.answer("POST", f"{BASE}/subscription/s/expireMessages/1", status,
+                    {"reason": "Unable to expire"})
     order = EvictionOrder(TOPIC, "s", "time", before_publish_time=2e9)
-    (result,) = AdminEvictor(AdminSource(recorder.url)).perform([order])
+    (result,) = AdminEvictor(AdminSource(recorder.url), clock=lambda: 2e9).perform([order])
     assert (type(result), result.reason) == (EvictionFailed, reason)
 
 

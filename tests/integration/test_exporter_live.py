@@ -15,6 +15,7 @@ import pytest
 from exporter.config.load import parse
 from exporter.config.model import BacklogQuota, RetentionPolicy
 from exporter.demo.embedded import EmbeddedBroker
+from exporter.engine.backlog import EVICTION_TARGET
 from exporter.pipeline.lastgood import HOLD_CYCLES
 from exporter.runtime.cycle import Exporter
 from tests.harness.wait import poll
@@ -224,7 +225,7 @@ def _stall_sized(broker: EmbeddedBroker) -> float:
     return counters["pulsar_in_bytes_total"] / SIZE_MESSAGES
 
 
-def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_the_limit(broker):
+def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_ninety_percent(broker):
     per_message = _stall_sized(broker)
     assert SIZE_MESSAGES * per_message > SIZE_LIMIT  # the workload is over its quota
     exporter = Exporter(_size_config(broker, enforce=True))
@@ -233,10 +234,11 @@ def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_the_limit(brok
         evicted = _sample(report.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
                           topic=TOPIC, quota_type="size")
         assert evicted == 1, report.status
-        # The broker's own gauge: at the limit or below, and not a message further.
-        fits = int(SIZE_LIMIT // per_message)
+        # The broker's own gauge: at 90 % of the limit or below, not a message further.
+        target = SIZE_LIMIT * EVICTION_TARGET
+        fits = int(target // per_message)
         _wait_backlog(broker, fits)
-        assert _broker_backlog(broker, "stalled-sub") * per_message <= SIZE_LIMIT
+        assert _broker_backlog(broker, "stalled-sub") * per_message <= target
         # Within its quota now: the next cycles evict nothing more.
         later = exporter.cycle()
         assert _sample(later.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",

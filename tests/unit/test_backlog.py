@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.backlog import (
+    EVICTION_TARGET,
     Action,
     HolderBasis,
     LimitStatus,
@@ -227,22 +228,23 @@ def test_producer_policies_are_exported_without_a_plan(policy) -> None:
 # --- eviction plans -------------------------------------------------------------------------
 
 
-def test_size_eviction_goes_down_to_the_limit_not_to_ninety_percent() -> None:
+def test_size_eviction_goes_down_to_ninety_percent_of_the_limit_as_pulsar() -> None:
     decision = check(state(sub("s", 20, 2_000)), quotas(limit_size=1_000, policy=EVICT), now=0.0)
     (eviction,) = decision.plan.size
-    # 2000 bytes of 100-byte messages over a 1000-byte limit: 10 messages, not Pulsar's 11.
-    assert (eviction.subscription, eviction.skip_messages) == ("s", 10)
-    assert eviction.remaining_bytes == 1_000
+    # 2000 bytes of 100-byte messages over a 1000-byte limit: down to 900 bytes, 11 messages
+    # (BacklogQuotaManager.dropBacklogForSizeLimit's reductionFactor 0.9).
+    assert (eviction.subscription, eviction.skip_messages) == ("s", 11)
+    assert eviction.remaining_bytes == 900
     assert decision.plan.quota_types == {QuotaType.SIZE}
 
 
 def test_size_eviction_rounds_up_to_whole_messages() -> None:
-    # 2050 bytes / 20 messages = 102.5 B each; excess 1050 B = 10.24 messages → skip 11,
-    # leaving 922.5 B: below the limit by less than one message.
+    # 2050 bytes / 20 messages = 102.5 B each; excess over the 900 B target 1150 B = 11.2
+    # messages → skip 12, leaving 820 B: below the target by less than one message.
     decision = check(state(sub("s", 20, 2_050)), quotas(limit_size=1_000, policy=EVICT), now=0.0)
     (eviction,) = decision.plan.size
-    assert eviction.skip_messages == 11
-    assert eviction.remaining_bytes == pytest.approx(922.5)
+    assert eviction.skip_messages == 12
+    assert eviction.remaining_bytes == pytest.approx(820.0)
 
 
 def test_size_eviction_walks_oldest_first_and_stops_at_the_first_within() -> None:
@@ -254,12 +256,12 @@ def test_size_eviction_walks_oldest_first_and_stops_at_the_first_within() -> Non
     )
     decision = check(state(*subs), quotas(limit_size=1_000, policy=EVICT), now=200.0)
     assert [(e.subscription, e.skip_messages) for e in decision.plan.size] == [
-        ("s1", 20),
-        ("s2", 5),
+        ("s1", 21),
+        ("s2", 6),
     ]
 
 
-def test_time_eviction_cuts_every_old_subscription_at_now_minus_limit() -> None:
+def test_time_eviction_cuts_every_old_subscription_at_ninety_percent_of_the_limit() -> None:
     subs = (
         sub("old", 10, 100, oldest=100.0),
         sub("older", 20, 200, oldest=50.0),
@@ -271,10 +273,10 @@ def test_time_eviction_cuts_every_old_subscription_at_now_minus_limit() -> None:
     assert decision.time is LimitStatus.EXCEEDED
     assert decision.holder == "older"
     planned = {(e.subscription, e.cutoff, e.oldest_publish_time) for e in decision.plan.time}
-    assert planned == {
-        ("older", 400.0, 50.0),
-        ("old", 400.0, 100.0),
-        ("unknown", 400.0, None),
+    assert planned == {  # now − 0.9 × 600 (dropBacklogForTimeLimit, precise)
+        ("older", 460.0, 50.0),
+        ("old", 460.0, 100.0),
+        ("unknown", 460.0, None),
     }
     assert decision.plan.size == ()
 
@@ -326,26 +328,27 @@ def exact_bytes(s: SubscriptionBacklog, avg: float | None) -> tuple[Fraction, Fr
 
 @settings(max_examples=200, deadline=None)
 @given(topic=topic_states, quota=eviction_quotas, now=st.floats(0, 3 * 10**6))
-def test_a_plan_never_takes_a_subscription_below_its_limit(topic, quota, now) -> None:
+def test_a_plan_takes_a_subscription_to_ninety_percent_not_below(topic, quota, now) -> None:
     decision = check(topic, BacklogQuotas(default=quota), now)
     by_name = {s.name: s for s in topic.subscriptions}
     for eviction in decision.plan.size:
         s = by_name[eviction.subscription]
         backlog, per_message = exact_bytes(s, topic.average_message_size)
         remaining = backlog - eviction.skip_messages * per_message
-        assert backlog > quota.limit_size
-        assert quota.limit_size - per_message <= remaining <= quota.limit_size
-        # One message fewer would not have been enough: never more than the limit requires.
-        assert remaining + per_message > quota.limit_size
+        target = quota.limit_size * EVICTION_TARGET
+        assert backlog > target
+        assert max(0, target - per_message) <= remaining <= target
+        # One message fewer would not have been enough: never more than the target requires.
+        assert remaining + per_message > target or remaining == 0
     for eviction in decision.plan.time:
-        assert eviction.cutoff == now - quota.limit_time
+        assert eviction.cutoff == now - quota.limit_time * EVICTION_TARGET
         s = by_name[eviction.subscription]
         assert s.backlog_messages > 0
         assert s.oldest_publish_time is None or s.oldest_publish_time < eviction.cutoff
     # Every known-time subscription older than the cut-off is in the time plan.
     if decision.plan.time:
         planned = {e.subscription for e in decision.plan.time}
-        cutoff = now - quota.limit_time
+        cutoff = now - quota.limit_time * EVICTION_TARGET
         for s in topic.subscriptions:
             if s.backlog_messages > 0 and s.oldest_publish_time is not None:
                 assert (s.name in planned) == (s.oldest_publish_time < cutoff)

@@ -99,8 +99,8 @@ def test_dry_run_decides_and_counts_but_evicts_nothing():
     report = exporter.cycle()
     (topic,) = report.status["topics"]
     assert topic["topic"] == TOPIC and topic["exceeded"] == ["size"]
-    # 50 messages of 1000 bytes against 20000 bytes: the 30 oldest go, no more
-    assert [(e["subscription"], e["messages"]) for e in topic["evict"]] == [("stalled", 30)]
+    # 50 messages of 1000 bytes against 20000 bytes: down to 90 %, the 32 oldest go
+    assert [(e["subscription"], e["messages"]) for e in topic["evict"]] == [("stalled", 32)]
     assert evictor.orders == []
     assert sample(report, "pulsar_storage_backlog_quota_would_evict_total", topic=TOPIC,
                   quota_type="size") == 1
@@ -121,14 +121,14 @@ def test_a_reloaded_topic_sizes_its_backlog_from_the_brokers_backlog_size():
     (topic,) = report.status["topics"]
     assert topic["exceeded"] == ["size"]
     assert sample(report, "pulsar_storage_backlog_size", topic=TOPIC) == 50000
-    assert [(e["subscription"], e["messages"]) for e in topic["evict"]] == [("stalled", 30)]
+    assert [(e["subscription"], e["messages"]) for e in topic["evict"]] == [("stalled", 32)]
 
 
-def test_enforcing_evicts_down_to_the_limit_and_counts_once():
+def test_enforcing_evicts_down_to_ninety_percent_and_counts_once():
     exporter, evictor, _ = exporter_for([body(50)], enforce=True)
     report = exporter.cycle()
     assert [(o.subscription, o.quota_type, o.messages) for o in evictor.orders] == [
-        ("stalled", "size", 30)]
+        ("stalled", "size", 32)]
     assert sample(report, "pulsar_storage_backlog_quota_exceeded_evictions_total",
                   topic=TOPIC, quota_type="size") == 1
 
@@ -142,7 +142,7 @@ def test_a_size_cut_waits_for_fresh_broker_numbers():
     assert len(evictor.orders) == 1
     clock.now += 10
     exporter.cycle()  # the backlog moved (45 now): a fresh cut, of what is still over
-    assert [o.messages for o in evictor.orders] == [30, 25]
+    assert [o.messages for o in evictor.orders] == [32, 27]
 
 
 def test_a_failing_broker_keeps_the_last_good_data_and_shows_down():

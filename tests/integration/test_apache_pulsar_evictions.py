@@ -1,0 +1,211 @@
+"""Evictions through the admin REST (exporter/actions/admin.py) on a real Apache Pulsar 4.0.8
+standalone broker, as its BacklogQuotaManager evicts: size down to 90 % of the limit with
+`skip`, time with `expireMessages` at the precise rule's cut-off; a slow consumer that stays
+connected is evicted for every subscription type, and is not disconnected.
+
+Every test works in its own namespace. Batches of messages are published seconds apart:
+`expireMessages` takes whole seconds, so a cut-off between two batches needs room.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pulsar
+import pytest
+
+from exporter.actions.admin import AdminEvictor
+from exporter.actions.orders import (
+    Completion,
+    EvictionFailed,
+    EvictionFailure,
+    EvictionMethod,
+    EvictionOrder,
+    NothingToEvict,
+    Performed,
+)
+from exporter.catalogue import EVICTION_FAILURE_REASONS
+from exporter.config.model import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.engine.backlog import (
+    EVICTION_TARGET,
+    SubscriptionBacklog,
+    TimeSource,
+    TopicBacklogState,
+    TopicDecision,
+    check,
+)
+from tests.harness.apache_pulsar import ApachePulsar, poll
+
+PAYLOAD = 200  # bytes per message; the broker adds its metadata to each entry
+GAP = 4.0  # seconds between the old batch and the new one
+EVICT = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
+TYPES = [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover,
+         pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared]
+
+
+def _source(broker: ApachePulsar) -> AdminSource:
+    return AdminSource(url=broker.web_url, timeout=10.0)
+
+
+def _sub(broker: ApachePulsar, topic: str, subscription: str) -> dict:
+    return broker.topic_stats(topic)["subscriptions"][subscription]
+
+
+def _state(broker: ApachePulsar, topic: str, namespace: str) -> TopicBacklogState:
+    """The engine's input from the broker's own stats (precise publish times, PIP-323)."""
+    stats = broker.topic_stats(topic)
+    subs = tuple(
+        SubscriptionBacklog(
+            name, sub["msgBacklog"], sub["backlogSize"],
+            sub["earliestMsgPublishTimeInBacklog"] / 1000
+            if sub.get("earliestMsgPublishTimeInBacklog", 0) > 0 else None,
+            TimeSource.PRECISE)
+        for name, sub in sorted(stats["subscriptions"].items()))
+    return TopicBacklogState(topic, namespace, subs)
+
+
+def _orders(decision: TopicDecision, subscription: str) -> list[EvictionOrder]:
+    """The engine's plan for one subscription, as the check loop turns it into orders."""
+    return ([EvictionOrder(decision.topic, s.subscription, "size", messages=s.skip_messages)
+             for s in decision.plan.size if s.subscription == subscription]
+            + [EvictionOrder(decision.topic, t.subscription, "time", before_publish_time=t.cutoff)
+               for t in decision.plan.time if t.subscription == subscription])
+
+
+def _two_batches(broker: ApachePulsar, topic: str) -> float:
+    """40 messages, GAP seconds, then 20 more; returns a cut-off (epoch seconds) 3 s after
+    the first batch. `expireMessages/{s}` drops what is older than `now − s`, s rounded
+    up: that boundary lies within the second before the cut, so the first batch goes and
+    the second stays. With consumers connected the broker expires only when the oldest
+    message is older than 1.5 × s (PersistentSubscription.expireMessages); a cut 3 s in
+    meets that for any `now` from 4 to 7 s after the first batch."""
+    broker.produce(topic, 40, PAYLOAD)
+    first_done = time.time()
+    time.sleep(GAP)
+    broker.produce(topic, 20, PAYLOAD, start=40)
+    return first_done + 3.0
+
+
+@pytest.fixture
+def stalled(apache_pulsar: ApachePulsar) -> tuple[str, str, float]:
+    """(namespace, topic, cut) with subscriptions that nobody reads."""
+    namespace = apache_pulsar.create_namespace("evict")
+    topic = f"persistent://{namespace}/orders"
+    for subscription in ("by-size", "by-time", "other"):
+        apache_pulsar.create_subscription(topic, subscription)
+    cut = _two_batches(apache_pulsar, topic)
+    assert _sub(apache_pulsar, topic, "by-time")["msgBacklog"] == 60
+    return namespace, topic, cut
+
+
+def test_size_goes_down_to_ninety_percent_of_the_limit(
+        apache_pulsar: ApachePulsar, stalled: tuple[str, str, float]) -> None:
+    namespace, topic, _ = stalled
+    per_message = _sub(apache_pulsar, topic, "by-size")["backlogSize"] / 60
+    limit = int(per_message * 25.5)  # room for 25 messages; 90 % of it for 22
+    quotas = BacklogQuotas(topics={topic: BacklogQuota(limit_size=limit, policy=EVICT)})
+    decision = check(_state(apache_pulsar, topic, namespace), quotas, time.time())
+    orders = _orders(decision, "by-size")
+    assert [o.messages for o in orders] == [38]
+
+    results = AdminEvictor(_source(apache_pulsar)).perform(orders)
+    assert [(type(r), r.method) for r in results] == [(Performed, EvictionMethod.ADMIN_SKIP)]
+    after = _sub(apache_pulsar, topic, "by-size")
+    assert after["msgBacklog"] == 22
+    assert limit * EVICTION_TARGET - per_message < after["backlogSize"] <= limit * EVICTION_TARGET
+    assert _sub(apache_pulsar, topic, "other")["msgBacklog"] == 60  # others untouched
+    with apache_pulsar.consumer(topic, "by-size") as consumer:
+        assert consumer.receive(timeout_millis=10_000).data().startswith(b"38.")
+
+
+def test_time_expires_what_is_older_than_the_cut(
+        apache_pulsar: ApachePulsar, stalled: tuple[str, str, float]) -> None:
+    namespace, topic, cut = stalled
+    limit_time = 30.0
+    quotas = BacklogQuotas(namespaces={namespace: BacklogQuota(limit_time=limit_time,
+                                                               policy=EVICT)})
+    # The engine is pure: "now" is chosen so that its cut-off (now − 0.9 × limit) is `cut`.
+    decision = check(_state(apache_pulsar, topic, namespace), quotas,
+                     cut + limit_time * float(EVICTION_TARGET))
+    orders = _orders(decision, "by-time")
+    assert len(orders) == 1 and abs(orders[0].before_publish_time - cut) < 1e-6
+
+    results = AdminEvictor(_source(apache_pulsar)).perform(orders)
+    assert [(type(r), r.method, r.completion) for r in results] == [
+        (Performed, EvictionMethod.ADMIN_EXPIRE, Completion.STARTED)]
+    poll(lambda: _sub(apache_pulsar, topic, "by-time")["msgBacklog"] == 20,
+         "the broker's expiry, running on after the 204")
+    assert _sub(apache_pulsar, topic, "by-time")["earliestMsgPublishTimeInBacklog"] >= cut * 1000
+    assert _sub(apache_pulsar, topic, "other")["msgBacklog"] == 60
+    # Once more: nothing is older than the cut any more, so nothing is done.
+    again = AdminEvictor(_source(apache_pulsar)).perform(orders)
+    assert [type(r) for r in again] == [NothingToEvict]
+
+
+@pytest.mark.parametrize("kind", TYPES, ids=lambda k: k.name)
+def test_a_slow_connected_consumer_is_evicted_and_stays_connected(
+        apache_pulsar: ApachePulsar, kind: pulsar.ConsumerType) -> None:
+    """A consumer that is connected but reads nothing (a receiver queue of 1, never
+    acknowledging) holds a backlog over both quotas. Skip cuts it to 90 % of the size
+    limit, expiry cuts what is older than the time quota's cut-off; its connection stays
+    (same `connectedSince`), and what it reads next is the first message left."""
+    namespace = apache_pulsar.create_namespace(f"slow-{kind.name.lower()}")
+    size_topic, time_topic = (f"persistent://{namespace}/{n}" for n in ("size", "time"))
+    with apache_pulsar.client() as client:
+        consumers = [client.subscribe(t, "slow", consumer_type=kind, receiver_queue_size=1)
+                     for t in (size_topic, time_topic)]
+        apache_pulsar.produce(size_topic, 60, PAYLOAD)
+        cut = _two_batches(apache_pulsar, time_topic)
+        connected = [_sub(apache_pulsar, t, "slow")["consumers"][0]["connectedSince"]
+                     for t in (size_topic, time_topic)]
+
+        per_message = _sub(apache_pulsar, size_topic, "slow")["backlogSize"] / 60
+        limit = int(per_message * 25.5)
+        quotas = BacklogQuotas(topics={
+            size_topic: BacklogQuota(limit_size=limit, policy=EVICT),
+            time_topic: BacklogQuota(limit_time=30.0, policy=EVICT)})
+        orders = (_orders(check(_state(apache_pulsar, size_topic, namespace), quotas,
+                                time.time()), "slow")
+                  + _orders(check(_state(apache_pulsar, time_topic, namespace), quotas,
+                                  cut + 27.0), "slow"))
+        results = AdminEvictor(_source(apache_pulsar)).perform(orders)
+        assert [(type(r), r.method) for r in results] == [
+            (Performed, EvictionMethod.ADMIN_SKIP), (Performed, EvictionMethod.ADMIN_EXPIRE)]
+        poll(lambda: _sub(apache_pulsar, time_topic, "slow")["msgBacklog"] == 20,
+             f"{kind.name}: the expiry of the 40 old messages")
+        size_left = _sub(apache_pulsar, size_topic, "slow")
+        print(f"{kind.name}: size backlog 60 -> {size_left['msgBacklog']}, time backlog 60 -> 20")
+        assert size_left["msgBacklog"] == 22
+        assert [_sub(apache_pulsar, t, "slow")["consumers"][0]["connectedSince"]
+                for t in (size_topic, time_topic)] == connected
+
+        # It reads on from what is left: the first message it had prefetched (queue of 1),
+        # then the first one after the cut, and acknowledges as usual.
+        for consumer, first_left in zip(consumers, (38, 40), strict=True):
+            seen = []
+            for _ in range(3):
+                message = consumer.receive(timeout_millis=10_000)
+                seen.append(int(message.data().split(b".", 1)[0]))
+                consumer.acknowledge(message)
+            assert first_left in seen, (kind.name, seen)
+            assert max(seen) <= first_left + 2, (kind.name, seen)
+        for consumer in consumers:
+            consumer.close()
+
+
+def test_what_it_could_not_do_is_counted_by_reason(
+        apache_pulsar: ApachePulsar, stalled: tuple[str, str, float]) -> None:
+    namespace, topic, cut = stalled
+    orders = [
+        EvictionOrder(f"persistent://{namespace}/never-created", "s", "time",
+                      before_publish_time=cut),
+        EvictionOrder(topic, "never-subscribed", "size", messages=5),
+        EvictionOrder(f"persistent://no-such-tenant/ns/{topic.rsplit('/', 1)[1]}", "s", "size",
+                      messages=5),
+    ]
+    results = AdminEvictor(_source(apache_pulsar)).perform(orders)
+    assert [type(r) for r in results] == [EvictionFailed] * 3
+    by_reason = Counter(r.reason.value for r in results if isinstance(r, EvictionFailed))
+    assert by_reason == {EvictionFailure.NOT_FOUND.value: 3}
+    assert set(by_reason) <= set(EVICTION_FAILURE_REASONS)
