@@ -32,7 +32,7 @@ import pulsar
 
 log = logging.getLogger(__name__)
 _CLIENT_LOG = logging.getLogger(__name__ + ".client")  # the C++ client's own chatter
-_CLIENT_LOG.setLevel(logging.ERROR)
+_CLIENT_LOG.setLevel(logging.CRITICAL)  # we say what a refusal means ourselves
 
 
 class LeaseState(StrEnum):
@@ -65,7 +65,12 @@ class EnforcerLease:
         self.state = LeaseState.STANDING_BY
         self.acquired = 0  # times this instance took the lease
         self.lost = 0  # times it found it gone (fenced, or the broker out of reach)
-        self._standing_by: bool | None = None  # said so in the log: True, for another holder
+        self._said: str | None = None  # why we stand by, as last logged: said once
+
+    def _say(self, level: int, message: str, *args: object) -> None:
+        if self._said != message:
+            log.log(level, message, *args)
+        self._said = message
 
     @property
     def evicts(self) -> bool:
@@ -127,17 +132,19 @@ class EnforcerLease:
         try:
             self._producer = self._exclusive()
         except (pulsar.ProducerFenced, pulsar.ProducerBusy):
-            if self._standing_by is not True:
-                log.info("standing by: another instance holds the enforcer lease on %s",
-                         self.topic)
-            self._standing_by = True
+            self._say(logging.INFO, "standing by: another instance holds the enforcer lease "
+                      "on %s", self.topic)
+            return
+        except pulsar.AuthorizationError:
+            self._say(logging.WARNING, "standing by: this role may not hold the enforcer lease "
+                      "on %s (it needs produce on that namespace)", self.topic)
             return
         except (ValueError, pulsar.PulsarException) as exc:
             log.warning("cannot reach the enforcer lease on %s: %s: %s", self.topic,
                         type(exc).__name__, exc)
-            self._standing_by = False  # said why; say it again when it is someone else's
+            self._said = None
             return
-        self._standing_by = None
+        self._said = None
         fenced = self._probe()
         if not self.confirm():
             return

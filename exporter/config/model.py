@@ -218,6 +218,9 @@ class AdminSource:
     timeout: float = 10.0
     ca_file: str | None = None
     insecure_skip_verify: bool = False
+    # "tenant/namespace" to walk; empty: every tenant's (listing tenants needs a superuser,
+    # a tenant's namespaces its admin, a namespace's topics only produce or consume there)
+    namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

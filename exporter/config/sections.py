@@ -72,6 +72,7 @@ def sources(r: Reader, value: object, path: str) -> Sources:
             insecure_skip_verify=r.get(
                 a, "insecure_skip_verify", f"{path}.admin", cv.boolean, False
             ),
+            namespaces=_namespaces(r, a.get("namespaces"), f"{path}.admin.namespaces"),
         )
     service_url = r.get(m, "service_url", path, cv.url("pulsar", "pulsar+ssl"), None)
     token_file = r.get(m, "service_token_file", path, cv.string, None)
@@ -82,6 +83,22 @@ def sources(r: Reader, value: object, path: str) -> Sources:
                 "not supported by the Pulsar client: it verifies the service URL's host")
     return Sources(brokers=tuple(brokers), admin=admin, service_url=service_url,
                    service_token_file=token_file, service_tls=tls)
+
+
+def _namespaces(r: Reader, value: object, path: str) -> tuple[str, ...]:
+    """A list of distinct "tenant/namespace" names (an empty list is an error: leaving
+    the key out is how to say "every tenant's")."""
+    if isinstance(value, list) and not value:
+        r.error(path, "expected at least one tenant/namespace; leave the key out to walk "
+                "every tenant")
+    names: list[str] = []
+    for npath, item in r.items(value, path):
+        name = r.check(item, npath, cv.namespace, None)
+        if name in names:
+            r.error(npath, f"namespace '{name}' is listed twice")
+        elif name is not None:
+            names.append(name)
+    return tuple(names)
 
 
 def backlog_quotas(r: Reader, value: object, path: str) -> BacklogQuotas:

@@ -3,12 +3,18 @@
 The broker's /metrics lacks what only the admin API has: `oldestBacklogMessageAgeSeconds`
 (PIP-323, brokers >= 3.2) and bundle boundaries and ownership. One fetch walks
 tenants → namespaces → persistent topics with bounded concurrency and converts Pulsar's
-JSON into the model's dataclasses here, at the boundary.
+JSON into the model's dataclasses here, at the boundary. With `AdminSource.namespaces`
+the walk starts from those namespaces instead: listing tenants needs a superuser
+(`TenantsBase.getTenants`), a tenant's namespaces its admin (`NamespacesBase.
+internalGetTenantNamespaces`), a namespace's topics, their stats and its bundles only
+`produce` or `consume` there (`PulsarAuthorizationProvider.allowNamespaceOperationAsync`,
+`canLookupAsync`), which is what a role without admin rights has.
 
-Failure granularity: if the walk cannot start (tenant list: refused, auth, timeout, bad
-JSON) the fetch fails and the last good `AdminSnapshot` stays in use; a failure below that
-(one namespace listing, one topic's stats, bundle owners) is counted by reason and that
-item is left out, and the rest of the snapshot is still used.
+Failure granularity: if the walk cannot start (tenant list, or every configured namespace's
+topic listing: refused, auth, timeout, bad JSON) the fetch fails and the last good
+`AdminSnapshot` stays in use; a failure below that (one namespace listing, one topic's
+stats, bundle owners, policies a role may not read) is counted by reason (401/403: `auth`)
+and that item is left out, and the rest of the snapshot is still used.
 
 Endpoints (Pulsar's `admin/v2` resources):
   GET /admin/v2/tenants                                  → ["public", ...]
@@ -151,6 +157,7 @@ class _Walk:
         self.pool = pool
         self.errors: list[FetchFailed] = []
         self.topic_names: list[str] = []
+        self.listed: list[str] = []  # namespaces whose topic listing answered
 
     def each(self, fn: Callable[[A], T], items: Sequence[A]) -> list[T]:
         results = list(self.pool.map(lambda item: _attempt(fn, item), items))
@@ -169,8 +176,10 @@ class _Walk:
     def topics(self, namespaces: Sequence[str]) -> list[TopicStats]:
         """Non-partitioned topics via /stats, partitioned ones via one partitioned-stats
         call each (their "-partition-N" entries in the plain listing are skipped)."""
-        listed = self.each(lambda ns: self.listing(
-            f"/admin/v2/persistent/{_ns_path(ns)}", f"topics of {ns}"), namespaces)
+        found = self.each(lambda ns: (ns, self.listing(
+            f"/admin/v2/persistent/{_ns_path(ns)}", f"topics of {ns}")), namespaces)
+        self.listed = [ns for ns, _ in found]
+        listed = [topics for _, topics in found]
         partitioned = sorted({p for ps in self.each(lambda ns: self.listing(
             f"/admin/v2/persistent/{_ns_path(ns)}/partitioned", f"partitioned topics of {ns}"),
             namespaces) for p in ps})
@@ -222,6 +231,9 @@ class _Walk:
         return owners
 
 
+AUTH_FORGET_SECONDS = 3600.0
+
+
 class AdminScraper:
     """Fetches one admin REST endpoint; `scrape` keeps the last good snapshot and health."""
 
@@ -244,6 +256,7 @@ class AdminScraper:
         self._ledger = HealthLedger(source.url, SourceKind.ADMIN)
         self._last_good: AdminSnapshot | None = None
         self._lock = threading.Lock()
+        self._refused: dict[str, float] = {}  # an item's refusal → when last refused
 
     def scrape(self) -> AdminScrape:
         with self._lock:
@@ -251,22 +264,42 @@ class AdminScraper:
             if isinstance(outcome, AdminFetched):
                 self._last_good = outcome.snapshot
                 self._ledger.record(up=True, at=outcome.snapshot.fetched_at,
-                                    errors=outcome.item_errors)
+                                    errors=self._recounted(outcome.item_errors))
             else:
                 self._ledger.record(up=False, at=self._clock(), errors=(outcome,))
             return AdminScrape(self._last_good, self._ledger.health(), outcome)
 
+    def _recounted(self, errors: tuple[FetchFailed, ...]) -> tuple[FetchFailed, ...]:
+        """An item the role may not read (bundle owners, policies without admin rights:
+        Permissions in the README) is refused at every walk; it is counted when first
+        refused, not again while it keeps being refused (seen within AUTH_FORGET_SECONDS),
+        so the errors counter says so once instead of paging for ever."""
+        now = self._clock()
+        self._refused = {k: t for k, t in self._refused.items() if now - t < AUTH_FORGET_SECONDS}
+        kept = []
+        for error in errors:
+            if error.reason is ScrapeError.AUTH:
+                known = error.detail in self._refused
+                self._refused[error.detail] = now
+                if known:
+                    continue
+            kept.append(error)
+        return tuple(kept)
+
     def fetch(self) -> AdminOutcome:
-        """One walk over the cluster; no state is kept."""
+        """One walk over the cluster (or `source.namespaces`); no state is kept."""
         try:
             http = _Http(self.source)
-            tenants = strings_of(http.get_json("/admin/v2/tenants"), "tenants")
+            tenants = () if self.source.namespaces else strings_of(
+                http.get_json("/admin/v2/tenants"), "tenants")
         except Exception as exc:
             return classify(exc)
         with ThreadPoolExecutor(self._workers, thread_name_prefix="admin-fetch") as pool:
             walk = _Walk(http, pool)
-            namespaces = walk.namespaces(tenants)
+            namespaces = list(self.source.namespaces) or walk.namespaces(tenants)
             topics = walk.topics(namespaces)
+            if self.source.namespaces and not walk.listed:
+                return walk.errors[0]  # as a refused tenant list: keep the last good data
             bundles = walk.bundles(namespaces)
             listed = not walk.errors  # before the policy reads add theirs
             quotas = self._policies.read(walk.each, http.get_json, namespaces,

@@ -178,6 +178,15 @@ def test_minimal_config_takes_the_dataclass_defaults() -> None:
     assert c.sources.brokers[0].timeout == 10.0
 
 
+def test_admin_namespaces_default_to_every_tenants_and_keep_their_order() -> None:
+    admin = {"url": "https://a"}
+    parsed = parse(merged(minimal(), {"sources": {"admin": admin}}), FILE).sources.admin
+    assert parsed is not None and parsed.namespaces == ()
+    admin["namespaces"] = ["t/b", "t/a"]
+    parsed = parse(merged(minimal(), {"sources": {"admin": admin}}), FILE).sources.admin
+    assert parsed is not None and parsed.namespaces == ("t/b", "t/a")
+
+
 def test_participant_defaults_to_the_host_name() -> None:
     assert parse(minimal(), FILE).resource_group_engine.participant == socket.gethostname()
 
@@ -432,6 +441,26 @@ CASES = [
         {"sources": {"admin": {"url": "https://a", "insecure_skip_verify": "no"}}},
         "sources.admin.insecure_skip_verify",
         "expected true or false",
+    ),
+    (
+        {"sources": {"admin": {"url": "https://a", "namespaces": ["public"]}}},
+        "sources.admin.namespaces[0]",
+        "expected a namespace as tenant/namespace",
+    ),
+    (
+        {"sources": {"admin": {"url": "https://a", "namespaces": ["t/a", "t/b", "t/a"]}}},
+        "sources.admin.namespaces[2]",
+        "'t/a' is listed twice",
+    ),
+    (
+        {"sources": {"admin": {"url": "https://a", "namespaces": []}}},
+        "sources.admin.namespaces",
+        "leave the key out to walk every tenant",
+    ),
+    (
+        {"sources": {"admin": {"url": "https://a", "namespaces": "public/default"}}},
+        "sources.admin.namespaces",
+        "expected a list, found a string",
     ),
     (
         {"sources": {"service_url": "http://pulsar:6650"}},

@@ -208,6 +208,45 @@ def test_concurrency_is_bounded(replay, scraper_for):
     assert 2 <= replay.max_in_flight <= 3
 
 
+# --- configured namespaces (a role that may not list tenants) -------------------------------
+
+
+def _walking(url: str, token: Path, *namespaces: str) -> AdminScraper:
+    return AdminScraper(AdminSource(url=url, token_file=str(token), namespaces=namespaces),
+                        clock=Clock())
+
+
+def test_configured_namespaces_are_walked_without_listing_tenants(replay, token_file):
+    result = _walking(replay.url, token_file, "public/default").scrape()
+    assert isinstance(result.outcome, AdminFetched) and result.outcome.item_errors == ()
+    assert set(by_topic(result.snapshot)) == {TOPIC}  # not my-tenant's
+    assert {b.namespace for b in result.snapshot.bundles} == {"public/default"}
+    paths = {s.path for s in replay.seen}
+    assert STATS_PATH in paths
+    assert not paths & {"/admin/v2/tenants", "/admin/v2/namespaces/public",
+                        "/admin/v2/namespaces/my-tenant"}
+
+
+def test_a_configured_namespace_that_fails_is_counted_and_the_others_used(replay, token_file):
+    replay.fail("/admin/v2/persistent/my-tenant/my-namespace", Fault.ERROR_500)
+    result = _walking(replay.url, token_file, "my-tenant/my-namespace",
+                      "public/default").scrape()
+    assert result.health.up and set(by_topic(result.snapshot)) == {TOPIC}
+    assert set(c for c, n in counts(result.health).items() if n) == {ScrapeError.HTTP_ERROR}
+
+
+def test_when_no_configured_namespace_answers_the_last_good_snapshot_stays(replay, token_file):
+    """As a refused tenant list: an empty snapshot would read as "no topics"."""
+    scraper = _walking(replay.url, token_file, "public/default")
+    good = scraper.scrape().snapshot
+    replay.fail("/admin/v2/persistent/public/default", Fault.ERROR_500)
+    result = scraper.scrape()
+    assert isinstance(result.outcome, FetchFailed)
+    assert result.outcome.reason is ScrapeError.HTTP_ERROR
+    assert "/admin/v2/persistent/public/default" in result.outcome.detail
+    assert result.snapshot is good and not result.health.up
+
+
 # --- failures ----------------------------------------------------------------------------
 
 
