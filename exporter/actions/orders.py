@@ -25,6 +25,7 @@ class EvictionFailure(StrEnum):
     TIMEOUT = "timeout"
     BROKER_ERROR = "broker_error"
     FORBIDDEN = "forbidden"  # the broker refused our credentials or our role's permissions
+    SYSTEM_CURSOR = "system_cursor"  # __compaction and kin: engine/systemtopics.py
     LEASE_LOST = "lease_lost"  # another instance took the enforcer lease (actions/lease.py)
     OTHER = "other"
 

@@ -16,8 +16,16 @@ import math
 from collections.abc import Callable, Mapping
 
 from exporter.actions.lease import EnforcerLease
-from exporter.actions.orders import EvictionFailed, EvictionOrder, Evictor, Performed, Skipped
+from exporter.actions.orders import (
+    EvictionFailed,
+    EvictionFailure,
+    EvictionOrder,
+    Evictor,
+    Performed,
+    Skipped,
+)
 from exporter.engine.decide import Decisions
+from exporter.engine.systemtopics import is_system_cursor
 from exporter.exposition.build import Tallies
 from exporter.pipeline.model import Aggregates
 
@@ -55,11 +63,14 @@ class Enforcement:
     def __init__(self) -> None:
         self._logged_dry_run: set[tuple[str, str]] = set()
         self._size_cuts: dict[tuple[str, str], float | None] = {}
+        self._logged_system: set[tuple[str, str]] = set()
 
     def act(self, decisions: Decisions, *, enforce: bool, evictor: Evictor, tallies: Tallies,
-            consumers: Callable[[], Consumers], lease: EnforcerLease | None = None) -> None:
+            consumers: Callable[[], Consumers], lease: EnforcerLease | None = None,
+            system_cursors: bool = False) -> None:
         """`consumers` is called only when there is something to evict. `lease`: enforcing
-        with others, evict only while holding it (None: alone, as a test's evictor is)."""
+        with others, evict only while holding it (None: alone, as a test's evictor is).
+        `system_cursors` (backlog_quotas.evict_system_cursors): cut `__compaction` too."""
         namespaces = {d.topic: d.namespace for d in decisions.topics}
         if not enforce:
             self._dry_run(orders_for(decisions), namespaces, tallies)
@@ -72,6 +83,8 @@ class Enforcement:
             self._size_cuts.clear()
             return
         orders = orders_for(decisions, consumers())
+        if not system_cursors:
+            orders = self._without_system_cursors(orders, tallies)
         backlog_bytes = {(d.topic, s.subscription): s.backlog_bytes
                          for d in decisions.topics for s in d.plan.size}
         performed = set()
@@ -92,6 +105,24 @@ class Enforcement:
                             o.topic, result.reason.value, result.detail)
         for key in performed:  # one eviction per topic and quota type per check, as Pulsar
             tallies.evictions[key] += 1
+
+    def _without_system_cursors(self, orders: list[EvictionOrder],
+                                tallies: Tallies) -> list[EvictionOrder]:
+        """`__compaction` and its kind (engine/systemtopics.py) are left alone, counted as
+        `system_cursor` at every check they would be cut, logged once while they are."""
+        kept, held = [], set()
+        for o in orders:
+            if not is_system_cursor(o.subscription):
+                kept.append(o)
+                continue
+            tallies.eviction_failures[EvictionFailure.SYSTEM_CURSOR.value] += 1
+            held.add((o.topic, o.subscription))
+            if (o.topic, o.subscription) not in self._logged_system:
+                log.warning("not evicting the system cursor %s on %s (%s quota): set "
+                            "backlog_quotas.evict_system_cursors to cut it as the broker would",
+                            o.subscription, o.topic, o.quota_type)
+        self._logged_system = held
+        return kept
 
     def _dry_run(self, orders: list[EvictionOrder], namespaces: Mapping[str, str],
                  tallies: Tallies) -> None:

@@ -61,6 +61,10 @@ class BacklogQuotas:
     namespaces: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # "tenant/ns"
     topics: Mapping[str, BacklogQuota] = field(default_factory=_frozen_map)  # full topic name
     enforce: bool = False  # dry-run by default: decide and export, never touch the cluster
+    # Pulsar's own topics and cursors (engine/systemtopics.py): the broker never checks the
+    # former against a quota and its size eviction would skip the latter; we leave both.
+    system_topics: bool = False  # true: check Pulsar's system topics against quotas too
+    evict_system_cursors: bool = False  # true: evict __compaction when over, as the broker
     # Enforcing instances take turns through an exclusive producer here (actions/lease.py).
     lock_topic: str = "persistent://public/default/pulsar-quota-exporter-enforcer"
     # Parsed configs: `both` when sources.admin is set, else `config` (config.parse).

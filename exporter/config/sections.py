@@ -119,6 +119,8 @@ def backlog_quotas(r: Reader, value: object, path: str) -> BacklogQuotas:
         enforce=r.get(m, "enforce", path, cv.boolean, BacklogQuotas.enforce),
         lock_topic=r.get(m, "lock_topic", path, cv.topic("persistent"),
                          BacklogQuotas.lock_topic),
+        system_topics=r.get(m, "system_topics", path, cv.boolean, False),
+        evict_system_cursors=r.get(m, "evict_system_cursors", path, cv.boolean, False),
     )
 
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from exporter.config.model import Config, MonitoringClass
+from exporter.config.model import BacklogQuotas, Config, MonitoringClass
 from exporter.engine.agetable import AgeTables, Estimate, Method
 from exporter.engine.backlog import (
     SubscriptionBacklog,
@@ -26,10 +26,13 @@ from exporter.engine.backlog import (
 )
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
+from exporter.engine.systemtopics import is_system_topic
 from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
 from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot, TopicStats
+
+NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,7 @@ class Decider:
         # Our own usage-report topic is no backlog to check. pulsar-lite names it without
         # its domain, so it arrives as persistent://: compare what follows the domain.
         usage_topic = self.config.resource_group_engine.topic.partition("://")[2]
+        system = not quotas.system_topics
         for topic, ns, published_f, bytes_f, age, size in zip(
                 topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, strict=True):
             if topic.partition("://")[2] == usage_topic:
@@ -213,7 +217,10 @@ class Decider:
             state = self._topic_state(topic, ns, published, bytes_f, subs.get(topic, []),
                                       stats.get(topic), admin_at, now, broker_age, size,
                                       measured)
-            decision = check(state, quotas, now, pulsar)
+            if system and is_system_topic(topic):  # the broker's SystemTopic: never over
+                decision = check(state, NO_QUOTAS, now, None)
+            else:
+                decision = check(state, quotas, now, pulsar)
             decisions.append(decision)
             if decision.backlog_age_seconds is not None:
                 max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)

@@ -16,12 +16,12 @@ bytes per second.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from exporter.config.model import LoadManager
+from exporter.engine.systemtopics import SLA_OR_HEARTBEAT
 from exporter.names import bundle_range
 
 # A full bundle name: the namespace ("tenant/ns", or "tenant/cluster/ns" for v1 names)
@@ -31,16 +31,11 @@ from exporter.names import bundle_range
 # namespace (v1 and v2 names) and, with the SLA monitor, an SLA namespace. Their bundles
 # count as owned (the sole-bundle rule) but `LoadData.getBundleDataForLoadShedding` leaves
 # them out of every shedder's choice.
-_SYSTEM_NAMESPACES = (
-    re.compile(r"sla-monitor/[^/]+/([^:]+:\d+)"),
-    re.compile(r"pulsar/[^/]+/([^:]+:\d+)"),
-    re.compile(r"pulsar/([^:]+:\d+)"),
-)
 
 
 def is_system_namespace(namespace: str) -> bool:
     """A heartbeat or SLA-monitor namespace, never shed (Pulsar's patterns, whole match)."""
-    return any(p.fullmatch(namespace) for p in _SYSTEM_NAMESPACES)
+    return any(p.fullmatch(namespace) for p in SLA_OR_HEARTBEAT)
 
 
 def usage_percent(used: float, limit: float) -> float:

@@ -232,7 +232,8 @@ class Exporter:
             with stage("actions"):
                 self.enforcement.act(decisions, enforce=self.config.backlog_quotas.enforce,
                                      evictor=self.evictor, tallies=self.tallies,
-                                     consumers=lambda: consumers_seen(agg), lease=self.lease)
+                                     consumers=lambda: consumers_seen(agg), lease=self.lease,
+                                     system_cursors=self.config.backlog_quotas.evict_system_cursors)
             self._last_decisions = decisions
             self._last_success = now
             forgotten = self.tallies.forget_unseen((d.topic for d in decisions.topics), now,

@@ -248,3 +248,46 @@ def test_the_cycle_publishes_each_brokers_own_quota_from_their_reports():
     payloads.waiting.append(info(b1, entry("g")))  # b1 suppressed: its 30 stays
     second = exporter.cycle()
     assert (quota(second, b1), quota(second, b2)) == (75, 25)
+
+
+def test_the_compaction_cursor_is_left_and_counted_the_others_cut():
+    """`__compaction` over the quota beside a stalled subscription: only the latter is cut
+    (backlog_quotas.evict_system_cursors is false by default)."""
+    labels = 'cluster="pulsar-lite",namespace="public/sized",partition="-1",topic="t"'
+    compacting = body(50, extra=f'pulsar_subscription_back_log{{{labels},'
+                                f'subscription="__compaction"}} 40\n')
+    exporter, evictor, _ = exporter_for([compacting], enforce=True)
+    report = exporter.cycle()
+    (topic,) = report.status["topics"]
+    assert {e["subscription"] for e in topic["evict"]} == {"stalled", "__compaction"}
+    assert [(o.subscription, o.messages) for o in evictor.orders] == [("stalled", 32)]
+    assert sample(report, "pulsar_quota_exporter_evictions_failed_total",
+                  reason="system_cursor") == 1
+
+
+@pytest.mark.parametrize(("topic", "system"), [
+    ("persistent://public/sized/__change_events", True),
+    ("persistent://public/sized/__change_events-partition-3", True),
+    ("persistent://public/sized/t__transaction_pending_ack", True),
+    ("persistent://pulsar/system/__transaction_log_0", True),
+    ("persistent://pulsar/standalone/127.0.0.1:8080/healthcheck", True),
+    ("persistent://public/sized/change_events", False),
+    ("persistent://public/sized/t", False),
+])
+def test_system_topics_are_never_over_a_quota(topic: str, system: bool):
+    """As the broker's SystemTopic: exported, never exceeded, nothing planned; a namespace
+    quota applies to the topic beside them. backlog_quotas.system_topics checks them."""
+    tenant_ns, local = topic.removeprefix("persistent://").rsplit("/", 1)
+    labels = f'cluster="c",namespace="{tenant_ns}",partition="-1",topic="{local}"'
+    text = (f"pulsar_in_messages_total{{{labels}}} 100\n"
+            f"pulsar_in_bytes_total{{{labels}}} 100000\n"
+            f'pulsar_subscription_back_log{{{labels},subscription="s"}} 50\n')
+    for checked in (False, True):
+        config = parse({"cluster": "unit", "sources": {"brokers": [{"url": URL}]},
+                        "backlog_quotas": {"default": {"limit_size": "20000B"},
+                                           "system_topics": checked}}, "cycle.yaml")
+        exporter = Exporter(config, brokers=ScriptedBrokers([text]), admin_side=NoAdmin(),
+                            evictor=SimulatedEvictor())
+        (decision,) = exporter.cycle().status["topics"]
+        assert decision["topic"] == topic and decision["backlog_messages"] == 50
+        assert decision["exceeded"] == ([] if system and not checked else ["size"])
