@@ -210,10 +210,25 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
         "PulsarQuotaExporterEvictionsFailing": Runbook(
             impact="Topics over a `consumer_backlog_eviction` quota keep their backlog, which "
             "grows until storage or the quota's size limit bites.",
-            diagnose="The `reason` label and the exporter's logs; `no_service_url` means "
-            "`sources.service_url` is not set.",
-            mitigate="Fix the binary-protocol connection and permissions (the exporter needs "
-            "to skip messages on subscriptions), then watch the eviction counter.",
+            diagnose="The `reason` label and the exporter's logs: `no_service_url` means "
+            "`sources.service_url` is not set; `forbidden`, the role lacks `consume` "
+            "([Permissions](#permissions)); `consumer_connected`, the admin REST refused to "
+            "expire while consumers are connected (it passes once the oldest message ages), or "
+            "the binary protocol met a connected consumer; `system_cursor`, a `__compaction` "
+            "cursor over the quota was left alone; `lease_lost`, another instance took over.",
+            mitigate="Grant what is missing, fix the connection, or for `system_cursor` raise "
+            "the quota or set `backlog_quotas.evict_system_cursors`; then watch the eviction "
+            "counter.",
+        ),
+        "PulsarQuotaExporterNoEnforcer": Runbook(
+            impact="Nothing evicts: topics over a `consumer_backlog_eviction` quota keep "
+            "their backlog while every enforcing instance stands by.",
+            diagnose="The instances' logs: \"this role may not hold the enforcer lease\" (it "
+            "needs `produce` on the namespace of `backlog_quotas.lock_topic`), or \"cannot "
+            "reach the enforcer lease\" (the broker or the topic's namespace); an instance "
+            "outside this Prometheus holding the same lock topic also keeps these standing by.",
+            mitigate="Grant `produce` on the lock topic's namespace, or point "
+            "`backlog_quotas.lock_topic` at a namespace the role may produce to.",
         ),
         "PulsarQuotaExporterTopicSeriesCapped": Runbook(
             impact="Topics beyond `filters.max_topics` are checked and enforced, but have no "

@@ -39,7 +39,7 @@ PREFIX_OF_FILE = {
 # Alerts on a 0/1 condition (or on no series at all): their value says nothing.
 VALUELESS = {
     "PulsarQuotaExporterDown", "PulsarQuotaExporterAbsent", "PulsarQuotaExporterSourceDown",
-    "PulsarLoadBundleSplitCandidate",
+    "PulsarLoadBundleSplitCandidate", "PulsarQuotaExporterNoEnforcer",
 }
 CAMEL = re.compile(r"^(?:[A-Z][a-z0-9]+)+$")
 NOT_METRICS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
@@ -194,6 +194,7 @@ def test_the_alerts_the_issue_asks_for_exist_with_their_severity():
         "PulsarQuotaExporterSourceDown": "warning",
         "PulsarQuotaExporterSourceErrors": "warning",
         "PulsarQuotaExporterEvictionsFailing": "warning",
+        "PulsarQuotaExporterNoEnforcer": "warning",
         "PulsarQuotaExporterTopicSeriesCapped": "info",
     }
 
