@@ -136,10 +136,8 @@ class Decider:
     def _topic_state(self, topic: str, namespace: str, published: int | None,
                      bytes_in: float | None, subs: list[tuple[str, float]],
                      admin: TopicStats | None, admin_at: float, now: float,
-                     broker_age: float | None = None,
-                     backlog_bytes: float | None = None,
-                     measured: dict[tuple[str, str], tuple[float, int]] | None = None,
-                     ) -> TopicBacklogState:
+                     broker_age: float | None, backlog_bytes: float | None,
+                     measured: dict[tuple[str, str], tuple[float, int]]) -> TopicBacklogState:
         """Each subscription's oldest publish time, best source first: the admin REST's
         `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's PIP-323
         gauge `broker_age`, else our age table. The gauge
@@ -148,7 +146,6 @@ class Decider:
         the subscription with the largest backlog; no estimate of another is older.
         A subscription measured by the broker in an earlier cycle and not now keeps that
         publish time while its backlog has not shrunk (`measured`: this cycle's record)."""
-        measured = {} if measured is None else measured
         admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
         precise = (admin.oldest_backlog_message_subscription
                    if admin and admin.oldest_backlog_message_age_seconds is not None else None)

@@ -21,7 +21,7 @@ cannot tell it from an unloaded one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -56,10 +56,9 @@ class LastGood:
         self._tables: dict[str, SourceTables] = {}
         self._held: dict[str, dict[str, int]] = {}  # url → topic → cycles it has been held
 
-    def update(self, fresh: Mapping[str, SourceTables], failed: Iterable[str]) -> None:
-        """One cycle: the tables of the brokers fetched, and the URLs whose fetch failed
-        (their last good tables stay in use)."""
-        del failed  # a failed URL keeps its tables: nothing to do until it answers again
+    def update(self, fresh: Mapping[str, SourceTables]) -> None:
+        """One cycle: the tables of the brokers fetched. A URL whose fetch failed is not in
+        `fresh` and keeps its last good tables until it answers again."""
         gone: dict[str, pa.Array] = {}
         for url, tables in fresh.items():
             before = self._tables.get(url)

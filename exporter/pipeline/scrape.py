@@ -201,8 +201,7 @@ class BrokerScrape:
             tables = self._take(source, by_source.get(source.url, {}), job_failure)
             if tables is not None:
                 fresh[source.url] = tables
-        self._last_good.update(fresh, failed=[s.url for s in self._sources
-                                              if s.url not in fresh])
+        self._last_good.update(fresh)
         return BrokerData(
             tables=self._last_good.tables([s.url for s in self._sources]),
             health=tuple(self._ledgers[s.url].health() for s in self._sources),

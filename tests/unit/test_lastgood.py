@@ -39,22 +39,22 @@ def test_the_start_time_is_read_from_apache_pulsars_own_body():
 
 def test_a_broker_back_from_a_failed_fetch_holds_what_it_no_longer_lists():
     last = LastGood()
-    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
-    last.update({}, failed=[A])
+    last.update({A: tables(100.0, t1=5, t2=7)})
+    last.update({})
     assert listed(last) == {"t1": 5, "t2": 7}  # down: the last good tables stay
-    last.update({A: tables(200.0, t1=6)}, failed=())
+    last.update({A: tables(200.0, t1=6)})
     assert listed(last) == {"t1": 6, "t2": 7}  # t1 fresh, t2 held at its last value
     for _ in range(HOLD_CYCLES - 1):
-        last.update({A: tables(200.0, t1=6)}, failed=())
+        last.update({A: tables(200.0, t1=6)})
         assert listed(last) == {"t1": 6, "t2": 7}
-    last.update({A: tables(200.0, t1=6)}, failed=())
+    last.update({A: tables(200.0, t1=6)})
     assert listed(last) == {"t1": 6}  # never listed again: no longer held
 
 
 def test_a_restart_between_two_cycles_is_seen_in_the_start_time():
     last = LastGood()
-    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
-    last.update({A: tables(150.0, t1=5)}, failed=())
+    last.update({A: tables(100.0, t1=5, t2=7)})
+    last.update({A: tables(150.0, t1=5)})
     assert listed(last) == {"t1": 5, "t2": 7}
 
 
@@ -62,53 +62,53 @@ def test_a_topic_gone_from_a_broker_that_did_not_restart_is_held_too():
     """Its bundle was unloaded: the new owner lists it only after its next stats update.
     Deleted, it lingers HOLD_CYCLES cycles: /metrics cannot tell the two apart."""
     last = LastGood()
-    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
+    last.update({A: tables(100.0, t1=5, t2=7)})
     for _ in range(HOLD_CYCLES):
-        last.update({A: tables(100.0, t1=5)}, failed=())
+        last.update({A: tables(100.0, t1=5)})
         assert listed(last) == {"t1": 5, "t2": 7}
-    last.update({A: tables(100.0, t1=5)}, failed=())
+    last.update({A: tables(100.0, t1=5)})
     assert listed(last) == {"t1": 5}
 
 
 def test_a_moved_topic_is_held_until_its_new_owner_lists_it():
     last = LastGood()
-    last.update({A: tables(100.0, t1=5, t2=7), B: tables(100.0)}, failed=())
-    last.update({A: tables(100.0, t1=5), B: tables(100.0)}, failed=())
+    last.update({A: tables(100.0, t1=5, t2=7), B: tables(100.0)})
+    last.update({A: tables(100.0, t1=5), B: tables(100.0)})
     assert (listed(last, A), listed(last, B)) == ({"t1": 5, "t2": 7}, {})
-    last.update({A: tables(100.0, t1=5), B: tables(100.0, t2=8)}, failed=())
+    last.update({A: tables(100.0, t1=5), B: tables(100.0, t2=8)})
     assert (listed(last, A), listed(last, B)) == ({"t1": 5}, {"t2": 8})  # once, fresh
 
 
 def test_a_held_topic_listed_again_is_fresh_and_a_later_hold_counts_afresh():
     last = LastGood()
-    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
-    last.update({A: tables(150.0, t1=5)}, failed=())
-    last.update({A: tables(150.0, t1=5)}, failed=())  # held twice
-    last.update({A: tables(150.0, t1=5, t2=9)}, failed=())
+    last.update({A: tables(100.0, t1=5, t2=7)})
+    last.update({A: tables(150.0, t1=5)})
+    last.update({A: tables(150.0, t1=5)})  # held twice
+    last.update({A: tables(150.0, t1=5, t2=9)})
     assert listed(last) == {"t1": 5, "t2": 9}
     for _ in range(HOLD_CYCLES):  # unlisted again: a whole new hold, at its new value
-        last.update({A: tables(150.0, t1=5)}, failed=())
+        last.update({A: tables(150.0, t1=5)})
         assert listed(last) == {"t1": 5, "t2": 9}
-    last.update({A: tables(150.0, t1=5)}, failed=())
+    last.update({A: tables(150.0, t1=5)})
     assert listed(last) == {"t1": 5}
 
 
 def test_a_topic_another_broker_lists_now_is_not_held():
     """It moved with its bundle: the stale row's larger counters must not win the merge."""
     last = LastGood()
-    last.update({A: tables(100.0, t1=5, t2=7), B: tables(100.0)}, failed=())
-    last.update({A: tables(150.0, t1=5), B: tables(100.0, t2=1)}, failed=())
+    last.update({A: tables(100.0, t1=5, t2=7), B: tables(100.0)})
+    last.update({A: tables(150.0, t1=5), B: tables(100.0, t2=1)})
     assert listed(last, A) == {"t1": 5}
     assert listed(last, B) == {"t2": 1}
 
 
 def test_a_broker_down_again_during_a_hold_keeps_the_held_topics():
     last = LastGood()
-    last.update({A: tables(100.0, t1=5, t2=7)}, failed=())
-    last.update({A: tables(150.0, t1=5)}, failed=())
-    last.update({}, failed=[A])
+    last.update({A: tables(100.0, t1=5, t2=7)})
+    last.update({A: tables(150.0, t1=5)})
+    last.update({})
     assert listed(last) == {"t1": 5, "t2": 7}
-    last.update({A: tables(300.0)}, failed=())
+    last.update({A: tables(300.0)})
     assert listed(last) == {"t1": 5, "t2": 7}  # back again: both held, a fresh count
 
 
@@ -118,6 +118,6 @@ def test_a_body_without_a_start_time_holds_the_same():
     without = source_tables([parse_text(
         b'pulsar_subscription_back_log{namespace="public/x",topic="t1",subscription="s"} 5\n')])
     assert without.usage["started_at"].to_pylist() in ([], [None])
-    last.update({A: plain}, failed=())
-    last.update({A: without}, failed=())
+    last.update({A: plain})
+    last.update({A: without})
     assert listed(last) == {"t1": 5, "t2": 7}
