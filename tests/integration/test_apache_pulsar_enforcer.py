@@ -1,7 +1,7 @@
 """One enforcer at a time, on a real Apache Pulsar 4.0.8 broker (actions/lease.py): of two
-enforcing instances only the holder of the lock topic's exclusive producer evicts; a
-SIGKILLed holder is replaced within a cycle of the standby's; a paused holder, fenced while
-it slept, evicts nothing when it wakes.
+enforcing instances only the holder of the lock topic's exclusive producer evicts; a paused
+holder, fenced while it slept, evicts nothing when it wakes; a SIGKILLed holder is replaced
+within a cycle of the standby's.
 
 The broker runs with `keepAliveIntervalSeconds=5` (tests/harness/apache_pulsar.py), so a
 hung client's producer goes after two intervals, ~10 s (30 s intervals by default).
@@ -101,42 +101,18 @@ def test_two_enforcing_instances_evict_as_one(apache_pulsar: ApachePulsar) -> No
         second.close()
 
 
-def test_a_killed_holder_is_replaced_and_a_paused_one_is_fenced(
+def test_a_paused_holder_is_fenced_and_a_killed_one_replaced(
         apache_pulsar: ApachePulsar, tmp_path: Path) -> None:
+    """An exporter process holds the lease and cuts the backlog. SIGSTOP: an in-process
+    standby takes over once the broker gives up on the hung connection, and cuts the
+    backlog produced since; SIGCONT: the woken holder's claim fails (ProducerFenced), it
+    stands by and its eviction counter does not move. The standby stops cleanly, the
+    process takes the lease back; SIGKILL: a new standby takes it within a cycle."""
     topic, lock = _backlogged_topic(apache_pulsar, "handover")
     holder = ExporterProcess(tmp_path, _config(apache_pulsar, topic, lock, "holder"),
                              name="holder")
     standby = _in_process(apache_pulsar, topic, lock, "standby")
-    try:
-        holder.start()
-        holder.wait_ready(120)
-        poll(lambda: _state(holder.scrape()) == LeaseState.HOLDING, "the process holding it",
-             timeout=60, interval=0.5)
-        assert _state(standby.cycle().body) == "standing_by"
-        poll(lambda: _backlog(apache_pulsar, topic) < MESSAGES, "the holder's size cut",
-             timeout=30, interval=0.5)
-
-        holder.signal(signal.SIGKILL, group=True)  # no goodbye
-        killed = time.monotonic()
-        poll(lambda: _state(standby.cycle().body) == LeaseState.HOLDING,
-             "the standby taking over from the killed holder", timeout=30, interval=0.2)
-        took = time.monotonic() - killed
-        print(f"hand-over after SIGKILL: {took:.2f} s")
-        assert took < 5  # the broker drops a dead process's producer with its connection
-    finally:
-        holder.stop()
-        standby.close()
-
-
-def test_a_paused_holder_is_fenced_and_evicts_nothing(
-        apache_pulsar: ApachePulsar, tmp_path: Path) -> None:
-    """SIGSTOP the holder, let the standby take over and cut the backlog; produce again so
-    that there is a cut to make; SIGCONT: the old holder's claim fails (ProducerFenced), it
-    stands by and its eviction counter does not move."""
-    topic, lock = _backlogged_topic(apache_pulsar, "paused")
-    holder = ExporterProcess(tmp_path, _config(apache_pulsar, topic, lock, "holder"),
-                             name="holder")
-    standby = _in_process(apache_pulsar, topic, lock, "standby")
+    successor = _in_process(apache_pulsar, topic, lock, "successor")
     try:
         holder.start()
         holder.wait_ready(120)
@@ -144,6 +120,7 @@ def test_a_paused_holder_is_fenced_and_evicts_nothing(
              and (m.value(EVICTIONS, topic=topic, quota_type="size") or 0) >= 1,
              "the process holding the lease and cutting the backlog", timeout=60, interval=0.5)
         cuts_before = holder.scrape().value(EVICTIONS, topic=topic, quota_type="size")
+        assert _state(standby.cycle().body) == "standing_by"
 
         holder.signal(signal.SIGSTOP, group=True)
         paused = time.monotonic()
@@ -162,8 +139,21 @@ def test_a_paused_holder_is_fenced_and_evicts_nothing(
         time.sleep(3)  # its cycles go on, standing by
         assert holder.scrape().value(EVICTIONS, topic=topic, quota_type="size") == cuts_before
         assert "lost the enforcer lease" in holder.log()
+
+        standby.close()  # a clean stop lets go at once
+        poll(lambda: _state(holder.scrape()) == LeaseState.HOLDING,
+             "the process taking the lease back", timeout=30, interval=0.5)
+        assert _state(successor.cycle().body) == "standing_by"
+        holder.signal(signal.SIGKILL, group=True)  # no goodbye
+        killed = time.monotonic()
+        poll(lambda: _state(successor.cycle().body) == LeaseState.HOLDING,
+             "a standby taking over from the killed holder", timeout=30, interval=0.2)
+        took = time.monotonic() - killed
+        print(f"hand-over after SIGKILL: {took:.2f} s")
+        assert took < 5  # the broker drops a dead process's producer with its connection
     finally:
         if holder.running:
             holder.signal(signal.SIGCONT, group=True)
         holder.stop()
         standby.close()
+        successor.close()
