@@ -153,9 +153,9 @@ class EnforcerLease:
         if fenced:
             log.info("holding the enforcer lease on %s: this instance evicts", self.topic)
         else:
-            log.warning("the broker admitted a second exclusive producer on %s: the lease "
-                        "cannot exclude other instances; evicting alone (run one enforcing "
-                        "instance against this broker)", self.topic)
+            log.info("the broker admits several exclusive producers on %s (pulsar-lite): "
+                     "the lease cannot exclude other instances, this one evicts; run one "
+                     "enforcing instance against such a broker", self.topic)
 
     def _probe(self) -> bool:
         """Whether the broker refuses a second exclusive producer, as Apache Pulsar does."""

@@ -198,13 +198,15 @@ class Decider:
         topics, namespaces, msg_in, bytes_in, ages, backlog_bytes = _columns(
             agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
                          "backlog_age_seconds", "backlog_size_bytes"))
-        # Our own usage-report topic is no backlog to check. pulsar-lite names it without
-        # its domain, so it arrives as persistent://: compare what follows the domain.
-        usage_topic = self.config.resource_group_engine.topic.partition("://")[2]
+        # Our own topics (usage reports, the enforcer lease) are no backlog to check.
+        # pulsar-lite names them without their domain, so they arrive as persistent://:
+        # compare what follows the domain.
+        ours = {t.partition("://")[2] for t in (self.config.resource_group_engine.topic,
+                                                quotas.lock_topic)}
         system = not quotas.system_topics
         for topic, ns, published_f, bytes_f, age, size in zip(
                 topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, strict=True):
-            if topic.partition("://")[2] == usage_topic:
+            if topic.partition("://")[2] in ours:
                 continue
             published = _int(published_f)
             if published is not None:

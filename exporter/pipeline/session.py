@@ -20,6 +20,7 @@ exporter's clean Ctrl-C stop into a traceback; `get_session` puts the previous o
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import signal
@@ -31,10 +32,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 import exporter
 from exporter.config.model import Spark
+
+log = logging.getLogger(__name__)
 
 APP_NAME = "pulsar-quota-exporter"
 
@@ -141,9 +145,14 @@ def cancel_running() -> None:
 
 
 def stop() -> None:
-    """Stop the session (shutdown); the next `get_session` starts a new one."""
+    """Stop the session (shutdown); the next `get_session` starts a new one. A service
+    manager's SIGTERM may reach the Spark JVM with us (systemd's control-group kill, a
+    shell's `timeout`): a JVM already gone has nothing left to stop."""
     global _session
     with _lock:
         if _session is not None:
-            _session.stop()
+            try:
+                _session.stop()
+            except (Py4JError, OSError) as exc:
+                log.debug("the Spark JVM was gone before its session stopped: %s", exc)
             _session = None

@@ -291,3 +291,13 @@ def test_system_topics_are_never_over_a_quota(topic: str, system: bool):
         (decision,) = exporter.cycle().status["topics"]
         assert decision["topic"] == topic and decision["backlog_messages"] == 50
         assert decision["exceeded"] == ([] if system and not checked else ["size"])
+
+
+def test_our_own_lock_topic_is_no_backlog_to_check():
+    """pulsar-lite lists the enforcer lease's topic among its topics; it is ours, as the
+    usage topic is, and never checked or published."""
+    labels = ('cluster="pulsar-lite",namespace="public/default",partition="-1",'
+              'topic="pulsar-quota-exporter-enforcer"')
+    exporter, _, _ = exporter_for([body(10, extra=f"pulsar_in_messages_total{{{labels}}} 7\n")],
+                                  enforce=False)
+    assert [t["topic"] for t in exporter.cycle().status["topics"]] == [TOPIC]
