@@ -66,6 +66,7 @@ class EnforcerLease:
         self.acquired = 0  # times this instance took the lease
         self.lost = 0  # times it found it gone (fenced, or the broker out of reach)
         self._said: str | None = None  # why we stand by, as last logged: said once
+        self._claim = json.dumps({"holder": holder, "host": socket.gethostname()}).encode()
 
     def _say(self, level: int, message: str, *args: object) -> None:
         if self._said != message:
@@ -93,7 +94,7 @@ class EnforcerLease:
         if self._producer is None:
             return False
         try:
-            self._producer.send(self._claim())
+            self._producer.send(self._claim)
             return True
         except pulsar.PulsarException as exc:
             log.warning("lost the enforcer lease on %s: %s: %s", self.topic,
@@ -114,9 +115,6 @@ class EnforcerLease:
             self._client = None
 
     # --- internals ----------------------------------------------------------------------
-    def _claim(self) -> bytes:
-        return json.dumps({"holder": self.holder, "host": socket.gethostname()}).encode()
-
     def _exclusive(self) -> pulsar.Producer:
         if self._client is None:
             self._client = pulsar.Client(

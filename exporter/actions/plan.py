@@ -23,6 +23,7 @@ from exporter.actions.orders import (
     Evictor,
     Performed,
     Skipped,
+    unfenced,
 )
 from exporter.engine.decide import Decisions
 from exporter.engine.systemtopics import is_system_cursor
@@ -88,7 +89,7 @@ class Enforcement:
         backlog_bytes = {(d.topic, s.subscription): s.backlog_bytes
                          for d in decisions.topics for s in d.plan.size}
         performed = set()
-        fence = lease.confirm if lease is not None else (lambda: True)
+        fence = lease.confirm if lease is not None else unfenced
         for result in evictor.perform(self._not_yet_seen_by_broker(orders, backlog_bytes),
                                       fence):
             o = result.order
