@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass
 from exporter.engine.agetable import AgeTables, Estimate, Method
+from exporter.engine.attention import disagrees
 from exporter.engine.backlog import (
     SubscriptionBacklog,
     TimeSource,
@@ -59,6 +60,9 @@ class Decisions:
     peer_ages: Mapping[str, float] = field(default_factory=dict)  # peer → seconds since report
     participants: int = 1  # known, ourselves included
     load: LoadResult | None = None  # load verdicts (the configured Pulsar shedder's rules)
+    # Topics whose Pulsar limits, as resolved here, differ from those their broker prints it
+    # applies: a topic-level policy set since it was last read (sources/policies.py).
+    doubted: frozenset[str] = frozenset()
 
 
 def _columns(table, names: tuple[str, ...]) -> list[list]:
@@ -187,17 +191,19 @@ class Decider:
         return TopicBacklogState(topic, namespace, tuple(states), avg)
 
     def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
-                 ) -> tuple[tuple[TopicDecision, ...], dict[str, float]]:
+                 ) -> tuple[tuple[TopicDecision, ...], dict[str, float], frozenset[str]]:
         subs = self._subscriptions(agg)
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now
         quotas = self.config.backlog_quotas
         pulsar = admin.quotas if admin else None
-        decisions, max_age = [], {}
+        decisions, max_age, doubted = [], {}, []
         measured: dict[tuple[str, str], tuple[float, int]] = {}
-        topics, namespaces, msg_in, bytes_in, ages, backlog_bytes = _columns(
+        topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, sizes, times = _columns(
             agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
-                         "backlog_age_seconds", "backlog_size_bytes"))
+                         "backlog_age_seconds", "backlog_size_bytes",
+                         "backlog_quota_limit_bytes", "backlog_quota_limit_seconds"))
+        printed = dict(zip(topics, zip(sizes, times, strict=True), strict=True))
         # Our own topics (usage reports, the enforcer lease) are no backlog to check.
         # pulsar-lite names them without their domain, so they arrive as persistent://:
         # compare what follows the domain.
@@ -221,11 +227,13 @@ class Decider:
             else:
                 decision = check(state, quotas, now, pulsar)
             decisions.append(decision)
+            if decision.limits is not None and disagrees(decision.limits, *printed[topic]):
+                doubted.append(topic)
             if decision.backlog_age_seconds is not None:
                 max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)
         self.ages.retain(topics)
         self._measured = measured  # only topics seen this cycle: bounded like the age tables
-        return tuple(decisions), max_age
+        return tuple(decisions), max_age, frozenset(doubted)
 
     # --- resource groups ------------------------------------------------------------------
     def accept(self, report: UsageReport, now: float) -> AcceptOutcome:
@@ -311,11 +319,11 @@ class Decider:
 
     # --- the cycle ------------------------------------------------------------------------
     def decide(self, agg: Aggregates, admin: AdminSnapshot | None, now: float) -> Decisions:
-        topics, max_age = self._backlog(agg, admin, now)
+        topics, max_age, doubted = self._backlog(agg, admin, now)
         groups = self._groups(agg, now)
         self._last_at = now
         load = evaluate_load(agg, admin, self.config.load_manager, state=self._load, now=now)
         self._load = load.state
         with self.lock:
             ages, known = self.peer.peers(now), self.peer.known()
-        return Decisions(now, topics, max_age, groups, ages, known, load)
+        return Decisions(now, topics, max_age, groups, ages, known, load, doubted)

@@ -21,7 +21,7 @@ cannot tell it from an unloaded one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -99,6 +99,21 @@ class LastGood:
             self._held[url] = held
         else:
             self._held.pop(url, None)
+
+    def stale(self, fresh: Collection[str]) -> frozenset[str]:
+        """Topics in use that no broker listed afresh: held ones, and those of brokers
+        whose fetch failed (`fresh`: the URLs fetched this cycle) listed by no other."""
+        parts = [t.topics["topic"].combine_chunks() for u, t in self._tables.items()
+                 if u not in fresh]
+        if not parts:
+            return frozenset(t for held in self._held.values() for t in held)
+        listed = [t.topics["topic"].combine_chunks() for u, t in self._tables.items()
+                  if u in fresh]
+        old = pa.concat_arrays(parts)
+        if listed:
+            old = old.filter(pc.invert(pc.is_in(old, pa.concat_arrays(listed))))
+        return frozenset(old.drop_null().to_pylist()).union(
+            *(held.keys() for held in self._held.values()))
 
     def tables(self, urls: Sequence[str]) -> tuple[tuple[str, SourceTables], ...]:
         """(url, tables) of every URL in `urls` that ever had a good fetch, in that order."""

@@ -207,6 +207,7 @@ class BrokerScrape:
             health=tuple(self._ledgers[s.url].health() for s in self._sources),
             malformed={url: t.malformed for url, t in fresh.items()},
             bodies={url: parts["body"] for url, parts in by_source.items() if "body" in parts},
+            stale=self._last_good.stale(fresh),
         )
 
     def _take(self, source: BrokerSource, parts: dict[str, bytes],

@@ -89,6 +89,8 @@ class BrokerData:
     # The bodies fetched this cycle, zstd-compressed, when the tasks were asked for them
     # (`run --record.dir`); the other brokers' tables are stale ones.
     bodies: Mapping[str, bytes] = field(default_factory=dict)
+    # Topics in `tables` that no broker listed this cycle (pipeline/lastgood.py `stale`).
+    stale: frozenset[str] = frozenset()
 
 
 class BrokerSide(Protocol):

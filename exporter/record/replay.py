@@ -110,7 +110,8 @@ class RecordedAdmin:
         self._cycles = cycles
         self._brokers = brokers
 
-    def collect(self) -> Snapshot:
+    def collect(self, choose: object = None) -> Snapshot:
+        """The recorded snapshot: the stats it has are those read when it was recorded."""
         return self._cycles[self._brokers.index].snapshot
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from exporter.actions.evict import evictor_for, lease_for
@@ -23,6 +24,7 @@ from exporter.actions.orders import Evictor
 from exporter.actions.plan import Enforcement, consumers_seen
 from exporter.config.model import Config, ResourceGroup
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
+from exporter.engine.attention import stats_wanted
 from exporter.engine.brokersplits import Splits
 from exporter.engine.decide import Decider, Decisions
 from exporter.engine.groups import effective_groups
@@ -103,6 +105,7 @@ class Exporter:
         self._cancelled = False
         self.config_file = config_file
         self._last_decisions: Decisions | None = None
+        self._stale: frozenset[str] = frozenset()  # topics no broker listed last cycle
         self._last_success: float | None = None
         self._filtered = 0  # topics filters.topics left out, in the latest broker tables
         self._publish_seconds: float | None = None
@@ -204,7 +207,10 @@ class Exporter:
 
         started = time.perf_counter()
         self._reload()
-        admin = self._side.submit(self.admin_side.collect)  # beside the Spark job
+        # Stats of the topics needing them (engine/attention.py); the first cycle: every one's.
+        last, rule = self._last_decisions, self.config.filters.topics
+        choose = partial(stats_wanted, last, rule=rule, stale=self._stale) if last else None
+        admin = self._side.submit(self.admin_side.collect, choose)  # beside the Spark job
         brokers: BrokerData | None = None
         with stage("pipeline"):  # broker fetches, parse and per-broker tables: Spark tasks
             try:
@@ -225,6 +231,7 @@ class Exporter:
             with stage("pipeline"):
                 agg = self._aggregate(brokers, snapshot)
             self._filtered = sum(t.filtered for _, t in brokers.tables)
+            self._stale = brokers.stale
             for row in agg.malformed.to_pylist():
                 self.tallies.malformed_lines[row["source"]] += row["lines"]
             with stage("engine"):

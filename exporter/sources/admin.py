@@ -39,7 +39,7 @@ import json
 import threading
 import time
 import urllib.error
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -72,6 +72,9 @@ __all__ = ["AdminFetched", "AdminScrape", "AdminScraper", "bundles_from_json",
            "partitioned_stats_from_json", "subscription_from_json", "topic_stats_from_json"]
 T = TypeVar("T")
 A = TypeVar("A")
+# Which of the topics a walk listed (partitions by their own names) to read the stats of;
+# None: every one (runtime: the check loop's choice, engine/decide.py `stats_wanted`).
+StatsChoice = Callable[[Sequence[str]], Collection[str]]
 
 
 # --- HTTP -----------------------------------------------------------------------------------
@@ -148,45 +151,85 @@ def _attempt(fn: Callable[[A], T], item: A) -> T | FetchFailed:
         return classify(exc)
 
 
+class _Memo:
+    """Listings that rarely change (a tenant's namespaces, partitioned topics, clusters),
+    re-read at most every `refresh_seconds` (as policies are: policies.py); topics,
+    bundles, brokers and their bundles are read every walk. A failed read is not kept."""
+
+    def __init__(self, clock: Callable[[], float], refresh_seconds: float = 60.0):
+        self._clock = clock
+        self.refresh_seconds = refresh_seconds
+        self._answers: dict[str, tuple[float, object]] = {}
+        self._lock = threading.Lock()  # the walk's pool reads it from several threads
+
+    def bind(self, get: Callable[[str], object]) -> Callable[[str], object]:
+        def cached(path: str) -> object:
+            now = self._clock()
+            with self._lock:
+                hit = self._answers.get(path)
+            if hit is not None and now - hit[0] < self.refresh_seconds:
+                return hit[1]
+            doc = get(path)
+            with self._lock:
+                self._answers[path] = (now, doc)
+            return doc
+        return cached
+
+    def prune(self) -> None:
+        """Forget what no walk asked for lately (a deleted tenant's listing)."""
+        horizon = self._clock() - 2 * self.refresh_seconds
+        with self._lock:
+            self._answers = {p: a for p, a in self._answers.items() if a[0] >= horizon}
+
+
 class _Walk:
     """One fetch below the tenant list: every step runs its items on the pool and keeps
     going past failed items, which it records in `errors`."""
 
-    def __init__(self, http: _Http, pool: ThreadPoolExecutor):
+    def __init__(self, http: _Http, pool: ThreadPoolExecutor, memo: _Memo):
         self.http = http
         self.pool = pool
+        self.memo = memo
         self.errors: list[FetchFailed] = []
         self.topic_names: list[str] = []
         self.listed: list[str] = []  # namespaces whose topic listing answered
+        self.chosen: set[str] = set()  # topics whose stats were asked for (partitioned: parents)
 
     def each(self, fn: Callable[[A], T], items: Sequence[A]) -> list[T]:
         results = list(self.pool.map(lambda item: _attempt(fn, item), items))
         self.errors.extend(r for r in results if isinstance(r, FetchFailed))
         return [r for r in results if not isinstance(r, FetchFailed)]
 
-    def listing(self, path: str, where: str) -> list[str]:
-        return strings_of(self.http.get_json(path), where)
+    def listing(self, path: str, where: str, *, rarely_changes: bool = False) -> list[str]:
+        get = self.memo.bind(self.http.get_json) if rarely_changes else self.http.get_json
+        return strings_of(get(path), where)
 
     def namespaces(self, tenants: Sequence[str]) -> list[str]:
-        lists = self.each(
-            lambda t: self.listing(f"/admin/v2/namespaces/{_q(t)}", f"namespaces of {t}"),
-            tenants)
+        lists = self.each(lambda t: self.listing(
+            f"/admin/v2/namespaces/{_q(t)}", f"namespaces of {t}", rarely_changes=True), tenants)
         return [ns for names in lists for ns in names]
 
-    def topics(self, namespaces: Sequence[str]) -> list[TopicStats]:
+    def topics(self, namespaces: Sequence[str], choose: StatsChoice | None) -> list[TopicStats]:
         """Non-partitioned topics via /stats, partitioned ones via one partitioned-stats
-        call each (their "-partition-N" entries in the plain listing are skipped)."""
+        call each (their "-partition-N" entries in the plain listing are skipped); only
+        those `choose` picks (a partition picked: its partitioned topic's call)."""
         found = self.each(lambda ns: (ns, self.listing(
             f"/admin/v2/persistent/{_ns_path(ns)}", f"topics of {ns}")), namespaces)
         self.listed = [ns for ns, _ in found]
         listed = [topics for _, topics in found]
         partitioned = sorted({p for ps in self.each(lambda ns: self.listing(
-            f"/admin/v2/persistent/{_ns_path(ns)}/partitioned", f"partitioned topics of {ns}"),
-            namespaces) for p in ps})
+            f"/admin/v2/persistent/{_ns_path(ns)}/partitioned", f"partitioned topics of {ns}",
+            rarely_changes=True), namespaces) for p in ps})
         parents = set(partitioned)
         plain = [t for ts in listed for t in ts
                  if partitioned_parent(t) not in parents]
         self.topic_names = plain + partitioned  # what topic policies are set on
+        if choose is not None:
+            picked = set(choose([t for ts in listed for t in ts]))
+            plain = [t for t in plain if t in picked]
+            wanted_parents = {partitioned_parent(t) or t for t in picked}
+            partitioned = [t for t in partitioned if t in wanted_parents]
+        self.chosen = set(plain) | set(partitioned)
         single = self.each(lambda t: (topic_stats_from_json(
             t, self.http.get_json(_topic_path(t) + "/stats")),), plain)
         parted = self.each(lambda t: partitioned_stats_from_json(
@@ -222,7 +265,8 @@ class _Walk:
                 f"namespaces owned by {broker}")
             return dict.fromkeys(owned, broker)
 
-        clusters = self.each(lambda path: self.listing(path, "clusters"), ["/admin/v2/clusters"])
+        clusters = self.each(lambda path: self.listing(path, "clusters", rarely_changes=True),
+                             ["/admin/v2/clusters"])
         pairs = [p for ps in self.each(brokers_of, [c for cs in clusters for c in cs])
                  for p in ps]
         owners: dict[str, str] = {}
@@ -257,10 +301,11 @@ class AdminScraper:
         self._last_good: AdminSnapshot | None = None
         self._lock = threading.Lock()
         self._refused: dict[str, float] = {}  # an item's refusal → when last refused
+        self._memo = _Memo(clock)
 
-    def scrape(self) -> AdminScrape:
+    def scrape(self, choose: StatsChoice | None = None) -> AdminScrape:
         with self._lock:
-            outcome = self.fetch()
+            outcome = self.fetch(choose)
             if isinstance(outcome, AdminFetched):
                 self._last_good = outcome.snapshot
                 self._ledger.record(up=True, at=outcome.snapshot.fetched_at,
@@ -286,24 +331,27 @@ class AdminScraper:
             kept.append(error)
         return tuple(kept)
 
-    def fetch(self) -> AdminOutcome:
-        """One walk over the cluster (or `source.namespaces`); no state is kept."""
+    def fetch(self, choose: StatsChoice | None = None) -> AdminOutcome:
+        """One walk over the cluster (or `source.namespaces`), reading the stats of the
+        topics `choose` picks (None: every topic's)."""
+        self._memo.prune()
         try:
             http = _Http(self.source)
             tenants = () if self.source.namespaces else strings_of(
-                http.get_json("/admin/v2/tenants"), "tenants")
+                http.get_json("/admin/v2/tenants"), "tenants")  # every walk: proves access
         except Exception as exc:
             return classify(exc)
         with ThreadPoolExecutor(self._workers, thread_name_prefix="admin-fetch") as pool:
-            walk = _Walk(http, pool)
+            walk = _Walk(http, pool, self._memo)
             namespaces = list(self.source.namespaces) or walk.namespaces(tenants)
-            topics = walk.topics(namespaces)
+            topics = walk.topics(namespaces, choose)
             if self.source.namespaces and not walk.listed:
                 return walk.errors[0]  # as a refused tenant list: keep the last good data
             bundles = walk.bundles(namespaces)
             listed = not walk.errors  # before the policy reads add theirs
             quotas = self._policies.read(walk.each, http.get_json, namespaces,
-                                         walk.topic_names, self._clock(), complete=listed) \
+                                         walk.topic_names, self._clock(), complete=listed,
+                                         now_too=walk.chosen if choose else ()) \
                 if self._policies else None
             groups = self._groups.read(walk.each, http.get_json, namespaces, self._clock(),
                                        complete=listed) if self._groups else None

@@ -1,5 +1,10 @@
 """One cycle's admin side: the admin REST walk, into a `Snapshot`.
 
+The walk lists namespaces, topics and bundles every cycle and reads policies on their own
+period, but a topic's stats only when the check loop's `choose` picks it (the topics that
+need them: engine/attention.py), so a cycle's requests grow with namespaces, brokers and
+the topics needing attention, not with the topics there are.
+
 Broker /metrics are fetched where they are parsed, inside the cycle's Spark job
 (pipeline/scrape.py); the admin walk runs beside that job, so a cycle waits for the slower
 of the two, not their sum. The admin source keeps its last good data across cycles
@@ -14,16 +19,17 @@ from collections.abc import Callable
 from typing import Protocol
 
 from exporter.config.model import Sources
-from exporter.sources.admin import AdminScraper
+from exporter.sources.admin import AdminScraper, StatsChoice
 from exporter.sources.model import Snapshot
 from exporter.sources.policies import PolicyCache
 from exporter.sources.resourcegroups import GroupCache
 
 
 class SnapshotSource(Protocol):
-    """What the check loop needs from the admin side (tests pass a fake)."""
+    """What the check loop needs from the admin side (tests pass a fake). `choose`: which
+    listed topics to read the stats of; None: every one."""
 
-    def collect(self) -> Snapshot: ...
+    def collect(self, choose: StatsChoice | None = None) -> Snapshot: ...
 
     def close(self) -> None: ...
 
@@ -43,8 +49,8 @@ class AdminSide:
                                     groups=GroupCache() if read_groups else None)
                        if sources.admin else None)
 
-    def collect(self) -> Snapshot:
-        admin = self._admin.scrape() if self._admin else None
+    def collect(self, choose: StatsChoice | None = None) -> Snapshot:
+        admin = self._admin.scrape(choose) if self._admin else None
         return Snapshot(
             taken_at=self._clock(),
             admin=admin.snapshot if admin else None,

@@ -1,11 +1,16 @@
 """Pulsar's backlog-quota policies over the admin REST, cached per namespace.
 
 The engine resolves them per quota type as the broker does (engine/quotas.py); this module
-only reads them. Policies change rarely and a topic's stats are already fetched every cycle,
-so policies are read on a period instead: each namespace (its map and its topics' maps) at
-most every `refresh_seconds`, a topic first seen at once, the broker default with the first
-namespace due. A failed read keeps what was cached and is retried next cycle (namespace) or
-at its namespace's next refresh (topic).
+only reads them. Policies change rarely, so they are read on a period instead: each
+namespace's map at most every `refresh_seconds`, the broker default with the first
+namespace due. Topic-level maps are far more numerous and mostly empty, and Pulsar has no
+read listing the topics that have one (they live in each namespace's `__change_events`
+system topic), so a topic's map is read when the topic is first seen, then again on its
+namespace's period only while it has entries, and at once whenever the walk reads the
+topic's stats (`now_too`: a topic over a quota, before anything acts on it). A topic given
+a map later is thus seen when it first goes over a quota, and acted on only by its own
+map. A failed read keeps what was cached and is retried next cycle (namespace) or at its
+namespace's next refresh (topic).
 
 Endpoints (Pulsar's `admin/v2` resources, `BacklogQuota` JSON):
   GET /admin/v2/namespaces/{t}/{ns}/backlogQuotaMap       → {"destination_storage": {...},
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import math
 import urllib.error
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import TypeVar
 from urllib.parse import quote
@@ -135,18 +140,20 @@ class PolicyCache:
         self._default: tuple[float, dict[QuotaType, TypedQuota]] | None = None
 
     def read(self, each: Each, get: Get, namespaces: Sequence[str], topics: Sequence[str],
-             now: float, *, complete: bool = True) -> PulsarQuotas:
+             now: float, *, complete: bool = True, now_too: Collection[str] = ()
+             ) -> PulsarQuotas:
         """`namespaces` and `topics` (partitioned topics by their own name, not their
         partitions') as the walk listed them; `each` runs a function over items, leaving
-        out (and recording) those that failed; `get` is one JSON GET. Entries of what was
-        not listed are forgotten only after a `complete` listing (a failed one is no
-        deletion)."""
+        out (and recording) those that failed; `get` is one JSON GET; `now_too`: topics
+        whose map to read this time whatever its period. Entries of what was not listed
+        are forgotten only after a `complete` listing (a failed one is no deletion)."""
         def due(at: float | None) -> bool:
             return at is None or now - at >= self.refresh_seconds
 
         refreshing = [ns for ns in namespaces if due(self._namespaces.get(ns, (None,))[0])]
         fresh = set(refreshing)
-        wanted = [t for t in topics if _namespace_of(t) in fresh or t not in self._topics]
+        wanted = [t for t in topics if t not in self._topics or t in now_too
+                  or (self._topics[t] and _namespace_of(t) in fresh)]
         if refreshing and due(self._default[0] if self._default else None):
             for doc in each(lambda path: get(path), ["/admin/v2/brokers/configuration/runtime"]):
                 self._default = (now, broker_default_from_json(doc))

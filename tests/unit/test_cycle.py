@@ -58,7 +58,7 @@ class ScriptedBrokers:
 
 
 class NoAdmin:
-    def collect(self) -> Snapshot:
+    def collect(self, choose=None) -> Snapshot:
         return Snapshot(taken_at=0.0, admin=None, health=())
 
     def close(self) -> None:

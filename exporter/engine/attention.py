@@ -1,0 +1,69 @@
+"""Which topics the admin REST must look at next cycle, so that its requests grow with what
+needs looking at, not with the topics there are.
+
+A topic's stats (`GET …/{topic}/stats`) add to the brokers' /metrics what only matters for
+a topic over, or maybe over, a quota: which subscription holds the oldest message
+(PIP-323), each subscription's backlog bytes, the precise age where the broker prints no
+age gauge (brokers before 3.2, or before its first backlog-quota check of a topic). Two
+more reasons to read them are Pulsar's own: a stats request loads an unloaded topic on its
+owner (`BrokerService.getTopic` creates it on demand), and only a loaded topic is on any
+broker's /metrics. After its bundle moved or its broker died, an idle topic is loaded
+nowhere until something asks for it; the per-topic walk used to be that something. So the
+walk reads the stats of:
+
+- topics over a quota, or with a time limit in force, a backlog and no age measured by the
+  broker (`TimeSource.ESTIMATED` or `LOWER_BOUND`), or whose time limit has no measure;
+- topics whose Pulsar limits as resolved here differ from the limits their broker prints
+  it applies (`pulsar_storage_backlog_quota_limit{,_time}`): a topic-level policy set
+  since we read it; the walk reads their policies again too;
+- topics listed by the admin REST and not on any broker's fresh /metrics (kept by the
+  topic filter): unloaded, or their broker's /metrics failing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from exporter.config.model import TopicFilter
+from exporter.engine.backlog import LimitStatus, TimeSource
+from exporter.engine.quotas import ResolvedQuota
+from exporter.pipeline.tables import keep
+
+if TYPE_CHECKING:
+    from exporter.engine.decide import Decisions
+
+_MEASURED = (TimeSource.PRECISE, TimeSource.BROKER)
+
+
+def disagrees(limits: ResolvedQuota, size: float | None, time: float | None) -> bool:
+    """Pulsar's limits as resolved here vs the broker's printed ones (None: not printed).
+    Only limits taken from Pulsar's policies are compared: the YAML's override them here
+    and not on the broker. Negative sizes and times of 0 or less are Pulsar's no limit."""
+    for limit, value, floor in ((limits.size, size, 0.0), (limits.time, time, 1e-9)):
+        if value is None or not math.isfinite(value) or not limit.origin.startswith("pulsar:"):
+            continue
+        theirs = value if value >= floor else None
+        if theirs != limit.value:
+            return True
+    return False
+
+
+def stats_wanted(decisions: Decisions, listed: Sequence[str], rule: TopicFilter,
+                 stale: Collection[str]) -> set[str]:
+    """The topics (of `listed`, partitions by their own names) whose stats to read, after
+    `decisions` (the last cycle's) and with `stale` the topics on last cycle's tables
+    that no broker listed afresh (held, or of a broker whose /metrics failed)."""
+    wanted = {d.topic for d in decisions.topics
+              if d.exceeded or d.time is LimitStatus.UNKNOWN
+              or (d.time is LimitStatus.WITHIN and d.backlog_messages > 0
+                  and d.time_source not in _MEASURED)}
+    seen = {d.topic for d in decisions.topics}
+    unseen = [t for t in listed if t not in seen]
+    if unseen and rule.active:
+        mask = keep(pa.array(unseen, pa.string()), rule).to_pylist()
+        unseen = [t for t, kept in zip(unseen, mask, strict=True) if kept]
+    return wanted | decisions.doubted | set(unseen) | set(stale)

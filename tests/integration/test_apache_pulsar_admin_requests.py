@@ -1,0 +1,122 @@
+"""The admin side's requests per cycle on a real Apache Pulsar 4.0.8 broker, counted at a
+proxy in front of its web port (engine/attention.py): after the first cycle, a topic's
+stats are read only when it needs them, the listings that rarely change once a period, and
+a topic's policies when first seen, while they exist, and when its broker applies limits
+other than ours. The answers stay those of a walk reading everything."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from exporter.config.load import parse
+from exporter.runtime.cycle import CycleReport, Exporter
+from tests.harness.apache_pulsar import ApachePulsar, poll
+from tests.harness.counting_proxy import CountingProxy, kind
+from tests.harness.livebrokers import LiveBrokers
+
+PAYLOAD = 200
+TOPICS = 12  # per namespace
+
+
+def _exporter(broker: ApachePulsar, admin_url: str) -> Exporter:
+    config = {"cluster": broker.cluster, "check_interval": "1s",
+              "sources": {"brokers": [{"url": broker.metrics_url}], "admin": {"url": admin_url}}}
+    return Exporter(parse(config, "requests.yaml"), brokers=LiveBrokers(broker))
+
+
+def _mine(report: CycleReport, namespaces: list[str]) -> dict[str, dict]:
+    return {t["topic"]: t for t in report.status["topics"] if t["namespace"] in namespaces}
+
+
+def _stats_read(requests: list[tuple[str, str]], namespaces: list[str]) -> set[str]:
+    return {"persistent://" + p.split("/admin/v2/persistent/")[1].rsplit("/", 1)[0]
+            for _, p in requests if kind(p) == "topic stats"
+            and any(f"/persistent/{ns}/" in p for ns in namespaces)}
+
+
+def test_a_steady_cycle_reads_stats_only_where_needed(apache_pulsar: ApachePulsar) -> None:
+    broker = apache_pulsar
+    namespaces = [broker.create_namespace("requests") for _ in range(2)]
+    topics = [f"persistent://{ns}/t{i}" for ns in namespaces for i in range(TOPICS)]
+    for topic in topics:
+        broker.create_subscription(topic, "s")
+    over = topics[0]
+    broker.admin("POST", f"/admin/v2/namespaces/{namespaces[0]}/backlogQuota"
+                 "?backlogQuotaType=destination_storage",
+                 {"limitSize": 10 * PAYLOAD, "policy": "producer_request_hold"})
+    broker.produce(over, 30, size=PAYLOAD)  # over its namespace's 2,000 B
+    for topic in topics[1:4]:
+        broker.produce(topic, 2, size=PAYLOAD)  # within it
+    with CountingProxy(broker.web_url) as proxy:
+        exporter = _exporter(broker, proxy.url)
+        try:
+            first = exporter.cycle()
+            read_first = _stats_read(proxy.requests, namespaces)
+            proxy.take()
+            poll(lambda: over in {t["topic"] for t in exporter.cycle().status["topics"]
+                                  if t["exceeded"]}, "the topic over its quota decided")
+            proxy.take()
+            steady = exporter.cycle()
+            requests = list(proxy.requests)
+            counted = proxy.take()
+        finally:
+            exporter.close()
+        # What the same cycle reads when it reads everything: a fresh exporter's first cycle.
+        everything = _exporter(broker, broker.web_url)
+        try:
+            full = everything.cycle()
+        finally:
+            everything.close()
+
+    assert read_first == set(topics)  # the first cycle (a one-shot `check`) reads every topic
+    namespaces_now = [ns for tenant in broker.admin("GET", "/admin/v2/tenants")
+                      for ns in broker.admin("GET", f"/admin/v2/namespaces/{tenant}")]
+    print(f"steady cycle, {len(namespaces_now)} namespaces, 1 broker:", dict(counted))
+    assert _stats_read(requests, namespaces) == {over}
+    stats = counted["topic stats"]
+    assert counted == Counter({"/admin/v2/tenants": 1, "namespace topics": len(namespaces_now),
+                               "namespace bundles": len(namespaces_now), "cluster brokers": 1,
+                               "broker ownedNamespaces": 1, "topic stats": stats,
+                               "topic backlogQuotaMap": stats})  # read before any action
+    # brokers (1) + 2 × namespaces + the tenant and broker listings + 2 per topic needing it
+    assert sum(counted.values()) == 1 + 2 * len(namespaces_now) + 2 + 2 * stats
+
+    ours, theirs = _mine(steady, namespaces), _mine(full, namespaces)
+    assert set(topics) <= set(ours) & set(theirs)
+    for topic in topics:
+        for key in ("backlog_messages", "backlog_size_bytes", "exceeded", "limit_sources",
+                    "quota_source", "action"):
+            assert ours[topic][key] == theirs[topic][key], (topic, key)
+    assert {t for t in topics if ours[t]["exceeded"]} == {over}
+    assert first is not None
+
+
+def test_a_topic_policy_set_later_is_read_because_the_broker_applies_it(
+        apache_pulsar: ApachePulsar) -> None:
+    """No walk re-reads every topic's map: the topic whose broker prints a limit other
+    than the one resolved here has its map read, and is decided by it."""
+    broker = apache_pulsar
+    namespace = broker.create_namespace("later")
+    topics = [f"persistent://{namespace}/t{i}" for i in range(TOPICS)]
+    for topic in topics:
+        broker.create_subscription(topic, "s")
+    target = topics[5]
+    broker.produce(target, 20, size=PAYLOAD)
+    with CountingProxy(broker.web_url) as proxy:
+        exporter = _exporter(broker, proxy.url)
+        try:
+            exporter.cycle()
+            exporter.cycle()
+            proxy.take()
+            path = target.replace("persistent://", "/admin/v2/persistent/")
+            broker.admin("POST", f"{path}/backlogQuota?backlogQuotaType=destination_storage",
+                         {"limitSize": 5 * PAYLOAD, "policy": "producer_request_hold"})
+            report = poll(lambda: (r := exporter.cycle()) and _mine(r, [namespace])[target][
+                "exceeded"] and r, "the topic's own quota in force", timeout=60, interval=0.5)
+            maps = [p for _, p in proxy.requests if kind(p) == "topic backlogQuotaMap"
+                    and f"/{namespace}/" in p]
+        finally:
+            exporter.close()
+    decision = _mine(report, [namespace])[target]
+    assert decision["limit_sources"]["size"] == "pulsar:topic"
+    assert set(maps) == {f"{path}/backlogQuotaMap"}, maps
