@@ -52,16 +52,16 @@ def disagrees(limits: ResolvedQuota, size: float | None, time: float | None) -> 
     return False
 
 
-def stats_wanted(decisions: Decisions, listed: Sequence[str], rule: TopicFilter,
-                 stale: Collection[str]) -> set[str]:
+def stats_wanted(decisions: Decisions, listed: Sequence[str], *, rule: TopicFilter,
+                 seen: Collection[str], stale: Collection[str]) -> set[str]:
     """The topics (of `listed`, partitions by their own names) whose stats to read, after
-    `decisions` (the last cycle's) and with `stale` the topics on last cycle's tables
-    that no broker listed afresh (held, or of a broker whose /metrics failed)."""
+    `decisions` (the last cycle's), with `seen` the topics on last cycle's tables (our own
+    lease and usage topics too, which are no backlog to decide) and `stale` those of them
+    no broker listed afresh (held, or of a broker whose /metrics failed)."""
     wanted = {d.topic for d in decisions.topics
               if d.exceeded or d.time is LimitStatus.UNKNOWN
               or (d.time is LimitStatus.WITHIN and d.backlog_messages > 0
                   and d.time_source not in _MEASURED)}
-    seen = {d.topic for d in decisions.topics}
     unseen = [t for t in listed if t not in seen]
     if unseen and rule.active:
         mask = keep(pa.array(unseen, pa.string()), rule).to_pylist()

@@ -105,7 +105,8 @@ class Exporter:
         self._cancelled = False
         self.config_file = config_file
         self._last_decisions: Decisions | None = None
-        self._stale: frozenset[str] = frozenset()  # topics no broker listed last cycle
+        # last cycle's topics, and those of them no broker listed afresh (pipeline/lastgood.py)
+        self._seen: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self._last_success: float | None = None
         self._filtered = 0  # topics filters.topics left out, in the latest broker tables
         self._publish_seconds: float | None = None
@@ -209,7 +210,8 @@ class Exporter:
         self._reload()
         # Stats of the topics needing them (engine/attention.py); the first cycle: every one's.
         last, rule = self._last_decisions, self.config.filters.topics
-        choose = partial(stats_wanted, last, rule=rule, stale=self._stale) if last else None
+        choose = partial(stats_wanted, last, rule=rule, seen=self._seen[0],
+                         stale=self._seen[1]) if last else None
         admin = self._side.submit(self.admin_side.collect, choose)  # beside the Spark job
         brokers: BrokerData | None = None
         with stage("pipeline"):  # broker fetches, parse and per-broker tables: Spark tasks
@@ -231,7 +233,7 @@ class Exporter:
             with stage("pipeline"):
                 agg = self._aggregate(brokers, snapshot)
             self._filtered = sum(t.filtered for _, t in brokers.tables)
-            self._stale = brokers.stale
+            self._seen = (frozenset(agg.topics["topic"].to_pylist()), brokers.stale)
             for row in agg.malformed.to_pylist():
                 self.tallies.malformed_lines[row["source"]] += row["lines"]
             with stage("engine"):

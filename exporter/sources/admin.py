@@ -10,6 +10,11 @@ internalGetTenantNamespaces`), a namespace's topics, their stats and its bundles
 `produce` or `consume` there (`PulsarAuthorizationProvider.allowNamespaceOperationAsync`,
 `canLookupAsync`), which is what a role without admin rights has.
 
+What is read when: `fetch(choose)` reads the stats of the topics `choose` picks from the
+listing (the check loop's: those needing them, engine/attention.py), every topic's when
+None; a tenant's namespaces, a namespace's partitioned topics and the clusters are re-read
+at most once a period (`_Memo`), the rest every walk.
+
 Failure granularity: if the walk cannot start (tenant list, or every configured namespace's
 topic listing: refused, auth, timeout, bad JSON) the fetch fails and the last good
 `AdminSnapshot` stays in use; a failure below that (one namespace listing, one topic's
@@ -73,7 +78,7 @@ __all__ = ["AdminFetched", "AdminScrape", "AdminScraper", "bundles_from_json",
 T = TypeVar("T")
 A = TypeVar("A")
 # Which of the topics a walk listed (partitions by their own names) to read the stats of;
-# None: every one (runtime: the check loop's choice, engine/decide.py `stats_wanted`).
+# None: every one (the check loop's choice: engine/attention.py `stats_wanted`).
 StatsChoice = Callable[[Sequence[str]], Collection[str]]
 
 

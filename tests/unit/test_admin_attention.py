@@ -59,10 +59,12 @@ def test_only_topics_that_need_their_stats_are_wanted() -> None:
     listed = [d.topic for d in last.topics] + [
         "persistent://public/default/unloaded", "persistent://public/default/skipped-1"]
     rule = TopicFilter(deny=(r".*/skipped-[0-9]+",))
-    wanted = stats_wanted(last, listed, rule, stale={"persistent://public/default/held"})
+    seen = {d.topic for d in last.topics} | {"persistent://public/default/lock"}
+    wanted = stats_wanted(last, [*listed, "persistent://public/default/lock"], rule=rule,
+                          seen=seen, stale={"persistent://public/default/held"})
     assert wanted == {f"persistent://public/default/{t}" for t in (
         "over", "estimated", "bound", "unknown", "doubted", "unloaded", "held")}
-    assert stats_wanted(last, listed, TopicFilter(), ()) >= {
+    assert stats_wanted(last, listed, rule=TopicFilter(), seen=seen, stale=()) >= {
         "persistent://public/default/skipped-1"}
 
 
