@@ -342,21 +342,6 @@ class Exporter:
             self.tallies.record_failures += 1
             log.error("cannot record this cycle in %s: %s", self.recorder.root, exc)
 
-    def start_exchange(self, stop: threading.Event) -> threading.Thread:
-        """Run `exchange_round` every report_interval until `stop` is set (a reload may
-        change the interval, or bring an exchange where there was none)."""
-
-        def loop() -> None:
-            while not stop.wait(self.config.resource_group_engine.report_interval):
-                try:
-                    self.exchange_round()
-                except Exception:
-                    log.exception("usage-report round failed")
-
-        thread = threading.Thread(target=loop, name="usage-exchange", daemon=True)
-        thread.start()
-        return thread
-
     def _reload(self) -> None:
         if self.config_file is None:
             return

@@ -17,6 +17,22 @@ from exporter.server.http import build_server
 log = logging.getLogger(__name__)
 
 
+def _exchange_rounds(exporter: Exporter, stop: threading.Event) -> threading.Thread:
+    """Run `exchange_round` every report_interval until `stop` is set (a reload may change
+    the interval, or bring an exchange where there was none)."""
+
+    def loop() -> None:
+        while not stop.wait(exporter.config.resource_group_engine.report_interval):
+            try:
+                exporter.exchange_round()
+            except Exception:
+                log.exception("usage-report round failed")
+
+    thread = threading.Thread(target=loop, name="usage-exchange", daemon=True)
+    thread.start()
+    return thread
+
+
 def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         stop: threading.Event | None = None, config_file: ConfigFile | None = None,
         recorder: Recorder | None = None) -> int:
@@ -42,7 +58,7 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
     if stop is not None:
         threading.Thread(target=lambda: (stop.wait(), stopping()), daemon=True).start()
     exchange_stop = threading.Event()
-    exchange = exporter.start_exchange(exchange_stop)
+    exchange = _exchange_rounds(exporter, exchange_stop)
     log.info("serving on %s", server.url)
     ready(server.url)
     try:
