@@ -271,6 +271,11 @@ CATALOGUE: tuple[Metric, ...] = (
        ("cluster",), U.NONE, E),
     _m("pulsar_quota_exporter_topics", G,
        "Topics checked in the last cycle (after filters.topics).", ("cluster",), U.NONE, E),
+    _m("pulsar_quota_exporter_topics_held", G,
+       "Topics no broker lists now whose last values are still published: their bundle "
+       "moved or their broker restarted, and the new owner has not listed them yet (held "
+       "at most 3 cycles; the admin walk's stats request loads them meanwhile).",
+       ("cluster",), U.NONE, E),
     _m("pulsar_quota_exporter_topics_dropped", G,
        "Topics left out in the last cycle, by reason: filtered (filters.topics: not checked "
        "or exported) or max_topics (checked, but their series not exported).",

@@ -88,6 +88,7 @@ class CycleFacts:
     report_max_gap: float
     enforce: bool = False  # backlog_quotas.enforce: we evict under consumer_backlog_eviction
     topics_filtered: int = 0  # left out by filters.topics, in the brokers' latest tables
+    topics_held: int = 0  # listed by no broker now, their last values kept (lastgood.py)
     max_topics: int | None = None  # filters.max_topics
     record_bytes: int | None = None  # the record directory's size, when recording
     lease: LeaseView | None = None  # the enforcer lease, when enforcing
@@ -257,6 +258,7 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
         if decisions.load is not None:
             add_load(b, c, decisions.load)
         b.add("pulsar_quota_exporter_topics", (c,), len(decisions.topics))
+        b.add("pulsar_quota_exporter_topics_held", (c,), facts.topics_held)
         b.add("pulsar_quota_exporter_usage_peers", (c,), decisions.participants)
         for peer, age in decisions.peer_ages.items():
             b.add("pulsar_quota_exporter_usage_peer_report_age_seconds", (c, peer), age)

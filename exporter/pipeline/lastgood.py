@@ -100,6 +100,10 @@ class LastGood:
         else:
             self._held.pop(url, None)
 
+    def held(self) -> int:
+        """Topics held now: listed before, by no broker now (each counted once)."""
+        return len(set().union(*(held.keys() for held in self._held.values())))
+
     def stale(self, fresh: Collection[str]) -> frozenset[str]:
         """Topics in use that no broker listed afresh: held ones, and those of brokers
         whose fetch failed (`fresh`: the URLs fetched this cycle) listed by no other."""

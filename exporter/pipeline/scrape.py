@@ -208,6 +208,7 @@ class BrokerScrape:
             malformed={url: t.malformed for url, t in fresh.items()},
             bodies={url: parts["body"] for url, parts in by_source.items() if "body" in parts},
             stale=self._last_good.stale(fresh),
+            held=self._last_good.held(),
         )
 
     def _take(self, source: BrokerSource, parts: dict[str, bytes],

@@ -89,8 +89,10 @@ class BrokerData:
     # The bodies fetched this cycle, zstd-compressed, when the tasks were asked for them
     # (`run --record.dir`); the other brokers' tables are stale ones.
     bodies: Mapping[str, bytes] = field(default_factory=dict)
-    # Topics in `tables` that no broker listed this cycle (pipeline/lastgood.py `stale`).
+    # Topics in `tables` that no broker listed this cycle (pipeline/lastgood.py `stale`),
+    # and how many of them are held (listed before by a broker that answered this cycle).
     stale: frozenset[str] = frozenset()
+    held: int = 0
 
 
 class BrokerSide(Protocol):

@@ -108,7 +108,7 @@ class Exporter:
         # last cycle's topics, and those of them no broker listed afresh (pipeline/lastgood.py)
         self._seen: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self._last_success: float | None = None
-        self._filtered = 0  # topics filters.topics left out, in the latest broker tables
+        self._filtered = self._held = 0  # topics filters.topics left out; held (lastgood.py)
         self._publish_seconds: float | None = None
         self.enforcement = Enforcement()
         self.recorder = recorder  # run --record.dir: what each cycle saw, for `replay`
@@ -161,7 +161,7 @@ class Exporter:
             facts = CycleFacts(self.config.cluster, now, stages, self._last_success,
                                self.config.check_interval, engine.report_interval,
                                engine.max_report_gap, self.config.backlog_quotas.enforce,
-                               topics_filtered=self._filtered,
+                               topics_filtered=self._filtered, topics_held=self._held,
                                max_topics=self.config.filters.max_topics,
                                record_bytes=self.recorder.bytes if self.recorder else None,
                                lease=self.lease.view() if self.lease else None)
@@ -233,6 +233,7 @@ class Exporter:
             with stage("pipeline"):
                 agg = self._aggregate(brokers, snapshot)
             self._filtered = sum(t.filtered for _, t in brokers.tables)
+            self._held = brokers.held
             self._seen = (frozenset(agg.topics["topic"].to_pylist()), brokers.stale)
             for row in agg.malformed.to_pylist():
                 self.tallies.malformed_lines[row["source"]] += row["lines"]
