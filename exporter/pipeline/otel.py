@@ -59,8 +59,10 @@ from __future__ import annotations
 OTEL_TOPIC_FAMILIES: dict[str, str] = {
     # pulsar_storage_backlog_age_seconds
     "pulsar_broker_topic_storage_backlog_age_seconds": "backlog_age_seconds",
-    # pulsar_storage_backlog_quota_limit
+    # pulsar_storage_backlog_quota_limit; the instrument was first `…backlog.quota.limit`,
+    # unit {byte} (dropped: no `_bytes`), in apache/pulsar#22467's early commits
     "pulsar_broker_topic_storage_backlog_quota_limit_size_bytes": "backlog_quota_limit_bytes",
+    "pulsar_broker_topic_storage_backlog_quota_limit": "backlog_quota_limit_bytes",
     # pulsar_storage_backlog_quota_limit_time
     "pulsar_broker_topic_storage_backlog_quota_limit_time_seconds":
         "backlog_quota_limit_seconds",

@@ -147,6 +147,18 @@ def test_fixture_body_is_fetched_whole_and_parsed(server, scraper_for):
     assert server.request_headers[0]["Accept-Encoding"] == "gzip"
 
 
+@pytest.mark.parametrize("content_type", ["text/plain;charset=utf-8",
+                                          "text/plain; version=0.0.4; charset=utf-8"])
+def test_apache_pulsars_content_types_before_and_since_4_0_4(content_type, server,
+                                                              scraper_for):
+    """Pulsar answered `text/plain;charset=utf-8` until 4.0.4 added the format's version
+    for Prometheus 3 (apache/pulsar#24060, PrometheusMetricsServlet's
+    PROMETHEUS_CONTENT_TYPE_004); 4.1 answers the same."""
+    server.reply = send(200, BODY, {"Content-Type": content_type})
+    ((_, tables),) = scraper_for(server.url).run().tables
+    assert same_as_fixture(tables)
+
+
 def test_gzip_body_is_decompressed_as_it_streams(server, scraper_for):
     wire = gzip.compress(BODY)
     server.reply = send(200, wire, {"Content-Encoding": "gzip"})
