@@ -106,6 +106,7 @@ def _m(name, type_, help_, labels, unit, domain, **kw) -> Metric:
 
 
 _TOPIC = ("cluster", "namespace", "topic")
+_SUBSCRIPTION = (*_TOPIC, "subscription")
 _RG = ("cluster", "resource_group", "monitoring_class")
 _RGP = (*_RG, "participant")
 B, R, L, E = Domain.BACKLOG, Domain.RESOURCE_GROUPS, Domain.LOAD, Domain.EXPORTER
@@ -145,6 +146,15 @@ CATALOGUE: tuple[Metric, ...] = (
        "1 when the backlog age is estimated from publish counters, 0 when the broker "
        "measured it (admin API, or its own pulsar_storage_backlog_age_seconds).",
        _TOPIC, U.NONE, B),
+    # --- PIP-492 (Pulsar >= 5.0), for every broker: opt-in, one series per subscription --
+    _m("pulsar_subscription_storage_backlog_age_seconds", G,
+       "Age of the subscription's oldest unacknowledged message; 0 with no backlog, absent "
+       "while unknown. Published with exposition.subscription_backlog_age.",
+       _SUBSCRIPTION, U.SECONDS, B, pulsar=True),
+    _m("pulsar_subscription_storage_backlog_age_estimated", G,
+       "1 when the subscription's backlog age is estimated from publish counters, 0 when "
+       "the broker measured it. Published with exposition.subscription_backlog_age.",
+       _SUBSCRIPTION, U.NONE, B),
     _m("pulsar_storage_backlog_quota_exceeded", G,
        "1 while the topic's backlog exceeds its quota of this type; `policy` is what is done "
        "about it and `enforced_by` who does it: `broker` (the quota is Pulsar's own), "

@@ -274,6 +274,8 @@ class Tls:
 class Exposition:
     listen: str = "127.0.0.1:10049"
     topic_level: bool = True
+    # pulsar_subscription_storage_backlog_age_seconds (PIP-492): a series per subscription
+    subscription_backlog_age: bool = False
     tls: Tls | None = None
     basic_auth: Mapping[str, str] = field(default_factory=_frozen_map)  # user → bcrypt hash
     # The eviction counters of a topic not seen for this long are dropped (deleted topics'

@@ -345,6 +345,8 @@ def exposition(r: Reader, value: object, path: str) -> Exposition:
     return Exposition(
         listen=r.get(m, "listen", path, cv.listen, Exposition.listen),
         topic_level=r.get(m, "topic_level", path, cv.boolean, Exposition.topic_level),
+        subscription_backlog_age=r.get(m, "subscription_backlog_age", path, cv.boolean,
+                                       Exposition.subscription_backlog_age),
         forget_after=r.get(m, "forget_after", path, cv.duration,
                            Exposition.forget_after),
         tls=tls,

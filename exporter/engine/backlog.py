@@ -178,6 +178,8 @@ class TopicDecision:
     action: Action
     plan: EvictionPlan  # only the types whose policy is consumer_backlog_eviction
     limits: ResolvedQuota | None = None  # per type: value, policy, origin (quotas.py)
+    # every subscription as checked: its backlog and oldest publish time, with its source
+    subscriptions: tuple[SubscriptionBacklog, ...] = ()
 
     @property
     def exceeded(self) -> frozenset[QuotaType]:
@@ -230,6 +232,7 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
             action=Action.NONE,
             plan=EvictionPlan(),
             limits=limits,
+            subscriptions=state.subscriptions,
         )
 
     holder = ordered[0]
@@ -282,6 +285,7 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
         action=action,
         plan=plan,
         limits=limits,
+        subscriptions=state.subscriptions,
     )
 
 

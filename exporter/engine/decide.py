@@ -129,20 +129,30 @@ class Decider:
             self.peer.reconfigure(config.resource_group_engine)
 
     # --- backlog --------------------------------------------------------------------------
-    def _subscriptions(self, agg: Aggregates) -> dict[str, list[tuple[str, float]]]:
+    def _subscriptions(self, agg: Aggregates) -> tuple[dict[str, list[tuple[str, float]]],
+                                                       dict[tuple[str, str], float]]:
+        """Per topic, its subscriptions' backlogs; per (topic, subscription), the age its
+        broker printed (PIP-492's gauge, Pulsar >= 5.0)."""
         by_topic: dict[str, list[tuple[str, float]]] = defaultdict(list)
-        topics, names, backlogs = _columns(
-            agg.subscriptions, ("topic", "subscription", "backlog_messages"))
-        for topic, name, backlog in zip(topics, names, backlogs, strict=True):
+        ages: dict[tuple[str, str], float] = {}
+        topics, names, backlogs, printed = _columns(
+            agg.subscriptions, ("topic", "subscription", "backlog_messages",
+                                "backlog_age_seconds"))
+        for topic, name, backlog, age in zip(topics, names, backlogs, printed, strict=True):
             by_topic[topic].append((name, backlog or 0.0))
-        return by_topic
+            if age is not None and math.isfinite(age) and age >= 0:
+                ages[(topic, name)] = age
+        return by_topic, ages
 
     def _topic_state(self, topic: str, namespace: str, published: int | None,
                      bytes_in: float | None, subs: list[tuple[str, float]],
                      admin: TopicStats | None, admin_at: float, now: float,
                      broker_age: float | None, backlog_bytes: float | None,
-                     measured: dict[tuple[str, str], tuple[float, int]]) -> TopicBacklogState:
-        """Each subscription's oldest publish time, best source first: the admin REST's
+                     measured: dict[tuple[str, str], tuple[float, int]],
+                     sub_ages: Mapping[tuple[str, str], float]) -> TopicBacklogState:
+        """Each subscription's oldest publish time, best source first: its own age where
+        the broker has one (PIP-492, Pulsar >= 5.0: the admin REST's per subscription, else
+        its /metrics gauge, `sub_ages`), the admin REST's topic-level
         `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's PIP-323
         gauge `broker_age`, else our age table. The gauge
         (`PersistentTopic.getBestEffortOldestUnacknowledgedMessageAgeSeconds`) is the
@@ -164,7 +174,13 @@ class Decider:
             messages = int(backlog)
             size = admin_subs[name].backlog_size if name in admin_subs else None
             publish_time, source = None, TimeSource.ESTIMATED
-            if messages > 0 and name == precise:
+            own = admin_subs[name].oldest_backlog_message_age_seconds \
+                if name in admin_subs else None
+            if messages > 0 and own is not None:
+                publish_time, source = admin_at - own, TimeSource.PRECISE
+            elif messages > 0 and (topic, name) in sub_ages:
+                publish_time, source = now - sub_ages[(topic, name)], TimeSource.BROKER
+            elif messages > 0 and name == precise:
                 publish_time = admin_at - admin.oldest_backlog_message_age_seconds
                 source = TimeSource.PRECISE
             elif messages > 0 and name == slowest:
@@ -192,7 +208,7 @@ class Decider:
 
     def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
                  ) -> tuple[tuple[TopicDecision, ...], dict[str, float], frozenset[str]]:
-        subs = self._subscriptions(agg)
+        subs, sub_ages = self._subscriptions(agg)
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now
         quotas = self.config.backlog_quotas
@@ -221,7 +237,7 @@ class Decider:
             broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
             state = self._topic_state(topic, ns, published, bytes_f, subs.get(topic, []),
                                       stats.get(topic), admin_at, now, broker_age, size,
-                                      measured)
+                                      measured, sub_ages)
             if system and is_system_topic(topic):  # the broker's SystemTopic: never over
                 decision = check(state, NO_QUOTAS, now, None)
             else:

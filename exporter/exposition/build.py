@@ -89,6 +89,7 @@ class CycleFacts:
     enforce: bool = False  # backlog_quotas.enforce: we evict under consumer_backlog_eviction
     topics_filtered: int = 0  # left out by filters.topics, in the brokers' latest tables
     topics_held: int = 0  # listed by no broker now, their last values kept (lastgood.py)
+    subscription_ages: bool = False  # exposition.subscription_backlog_age
     max_topics: int | None = None  # filters.max_topics
     record_bytes: int | None = None  # the record directory's size, when recording
     lease: LeaseView | None = None  # the enforcer lease, when enforcing
@@ -140,6 +141,24 @@ def _add_topic(b: MetricSetBuilder, cluster: str, d: TopicDecision, enforce: boo
                   1.0 if status is LimitStatus.EXCEEDED else 0.0)
     if d.holder is not None and d.backlog_messages > 0:
         b.add("pulsar_storage_backlog_oldest_subscription_info", (*key, d.holder), 1.0)
+
+
+def _add_subscriptions(b: MetricSetBuilder, cluster: str, d: TopicDecision,
+                       now: float) -> None:
+    """Each subscription's own backlog age (PIP-492's name and labels, so one dashboard
+    serves brokers that print it and those that do not): 0 without a backlog, none where
+    unknown (as Pulsar, which writes no sample for -1)."""
+    for s in d.subscriptions:
+        key = (cluster, d.namespace, d.topic, s.name)
+        if s.backlog_messages <= 0:
+            age, estimated = 0.0, 0.0
+        elif s.oldest_publish_time is None:
+            continue
+        else:
+            age = max(0.0, now - s.oldest_publish_time)
+            estimated = 0.0 if s.time_source in (TimeSource.PRECISE, TimeSource.BROKER) else 1.0
+        b.add("pulsar_subscription_storage_backlog_age_seconds", key, age)
+        b.add("pulsar_subscription_storage_backlog_age_estimated", key, estimated)
 
 
 def _published(topics: tuple[TopicDecision, ...], cap: int | None) -> list[TopicDecision]:
@@ -246,6 +265,8 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
               len(decisions.topics) - len(published))
         for d in published:
             _add_topic(b, c, d, facts.enforce)
+            if facts.subscription_ages:
+                _add_subscriptions(b, c, d, decisions.checked_at)
             if _evicts(d):
                 # exist at 0 from the start, so a first eviction is an increase to alert on
                 for name in ("pulsar_storage_backlog_quota_exceeded_evictions_total",

@@ -59,6 +59,15 @@ def _texts(t: Thresholds) -> dict[str, Runbook]:
             "(`pulsar-admin topics unsubscribe`); or raise the time quota "
             "(`backlog_quotas` in the exporter's config and the broker's backlog quota).",
         ),
+        "PulsarBacklogSubscriptionAgeNearQuota": Runbook(
+            impact="None yet for this subscription's consumers. When the topic's oldest "
+            "message reaches the quota the topic's policy applies to every subscription.",
+            diagnose=f"{topic_stats} for the subscription named in the alert: connected "
+            "consumers, `msgRateOut`, unacknowledged messages.",
+            mitigate="Get this subscription's consumers going, or drop it if nobody reads "
+            "it (`pulsar-admin topics unsubscribe`). The alert needs "
+            "`exposition.subscription_backlog_age: true`.",
+        ),
         "PulsarBacklogAgeOverQuota": Runbook(
             impact=f"Producers of the topic are blocked now, {_BLOCKED}",
             diagnose=f"As for PulsarBacklogAgeNearQuota: {topic_stats}. Check whether the "

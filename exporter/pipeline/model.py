@@ -67,6 +67,7 @@ SUBSCRIPTIONS = pa.schema([
     ("throughput_out", _F),  # pulsar_subscription_msg_throughput_out, bytes/s
     ("last_acked_seconds", _F),  # pulsar_subscription_last_acked_timestamp
     ("last_consumed_seconds", _F),  # pulsar_subscription_last_consumed_timestamp
+    ("backlog_age_seconds", _F),  # pulsar_subscription_storage_backlog_age_seconds (PIP-492)
 ])
 
 # Per topic, one row per topic. A topic reported by two brokers (it moved during the cycle)

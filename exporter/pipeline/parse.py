@@ -51,6 +51,8 @@ SUBSCRIPTION_FAMILIES: dict[str, str] = {
     "pulsar_subscription_msg_throughput_out": "throughput_out",
     "pulsar_subscription_last_acked_timestamp": "last_acked_seconds",
     "pulsar_subscription_last_consumed_timestamp": "last_consumed_seconds",
+    # PIP-492 (Pulsar 5.0, exposeSubscriptionBacklogAgeInPrometheus): not printed when unknown
+    "pulsar_subscription_storage_backlog_age_seconds": "backlog_age_seconds",
 }
 CLASSIC_TOPIC_FAMILIES: dict[str, str] = {
     "pulsar_in_messages_total": "msg_in_total",

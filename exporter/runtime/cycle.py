@@ -162,6 +162,7 @@ class Exporter:
                                self.config.check_interval, engine.report_interval,
                                engine.max_report_gap, self.config.backlog_quotas.enforce,
                                topics_filtered=self._filtered, topics_held=self._held,
+                               subscription_ages=self.config.exposition.subscription_backlog_age,
                                max_topics=self.config.filters.max_topics,
                                record_bytes=self.recorder.bytes if self.recorder else None,
                                lease=self.lease.view() if self.lease else None)

@@ -61,8 +61,20 @@ def strings_of(value: object, where: str) -> list[str]:
     return value
 
 
+def _age(doc: Mapping, where: str) -> float | None:
+    """`oldestBacklogMessageAgeSeconds`: -1 until a backlog-quota check has measured it
+    (Pulsar's `TopicStatsImpl.reset`), absent on older brokers: both None."""
+    age = _number(doc, "oldestBacklogMessageAgeSeconds", where, required=False)
+    if age is not None and age > MAX_AGE_SECONDS:
+        raise FetchFailure(ScrapeError.MALFORMED,
+                           f"{where}: 'oldestBacklogMessageAgeSeconds' {age:g} is no age")
+    return float(age) if age is not None and age >= 0 else None
+
+
 def subscription_from_json(name: str, doc: object, topic: str) -> SubscriptionStats:
-    """Pulsar `SubscriptionStats`; `type` and `backlogSize` are absent on old brokers."""
+    """Pulsar `SubscriptionStats`; `type` and `backlogSize` are absent on old brokers, the
+    subscription's own `oldestBacklogMessageAgeSeconds` before 5.0 (PIP-492,
+    `SubscriptionStats.getOldestBacklogMessageAgeSeconds`)."""
     where = f"{topic} subscription {name!r}"
     sub = object_of(doc, where)
     consumers = sub.get("consumers")
@@ -78,6 +90,7 @@ def subscription_from_json(name: str, doc: object, topic: str) -> SubscriptionSt
         unacked_messages=_int(sub, "unackedMessages", where, required=True),
         consumers=len(consumers),
         type=sub_type if isinstance(sub_type, str) else None,
+        oldest_backlog_message_age_seconds=_age(sub, where),
     )
 
 
@@ -92,18 +105,15 @@ def topic_stats_from_json(topic: str, doc: object) -> TopicStats:
     if subs is None:
         raise FetchFailure(ScrapeError.MISSING_FIELDS, f"{topic}: missing 'subscriptions'")
     subs = object_of(subs, f"{topic} subscriptions")
-    age = _number(stats, "oldestBacklogMessageAgeSeconds", topic, required=False)
-    if age is not None and age > MAX_AGE_SECONDS:
-        raise FetchFailure(ScrapeError.MALFORMED,
-                           f"{topic}: 'oldestBacklogMessageAgeSeconds' {age:g} is no age")
+    age = _age(stats, topic)
     oldest_sub = stats.get("oldestBacklogMessageSubscriptionName")
-    known_age = age is not None and age >= 0
+    known_age = age is not None
     return TopicStats(
         topic=topic,
         backlog_size=_int(stats, "backlogSize", topic),
         msg_in_counter=_int(stats, "msgInCounter", topic),
         bytes_in_counter=_int(stats, "bytesInCounter", topic),
-        oldest_backlog_message_age_seconds=float(age) if known_age else None,
+        oldest_backlog_message_age_seconds=age,
         oldest_backlog_message_subscription=(
             oldest_sub if known_age and isinstance(oldest_sub, str) else None),
         subscriptions=tuple(subscription_from_json(name, sub, topic)

@@ -54,6 +54,9 @@ class SubscriptionStats:
     unacked_messages: int
     consumers: int
     type: str | None  # Exclusive | Shared | Failover | Key_Shared
+    # PIP-492 (Pulsar 5.0): this subscription's oldest unacknowledged message's age;
+    # None when absent (older brokers) or -1 (not measured)
+    oldest_backlog_message_age_seconds: float | None = None
 
 
 @dataclass(frozen=True)

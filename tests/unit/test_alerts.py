@@ -175,6 +175,7 @@ def test_the_alerts_the_issue_asks_for_exist_with_their_severity():
     severity = {rule["alert"]: rule["labels"]["severity"] for _, rule in committed_rules()}
     assert severity == {
         "PulsarBacklogAgeNearQuota": "warning",
+        "PulsarBacklogSubscriptionAgeNearQuota": "warning",
         "PulsarBacklogAgeOverQuota": "critical",
         "PulsarBacklogSizeNearQuota": "warning",
         "PulsarBacklogSizeOverQuota": "critical",

@@ -23,6 +23,9 @@ PIP_323 = {
     "pulsar_storage_backlog_quota_limit": ("gauge", {"cluster", "namespace", "topic"}),
     "pulsar_storage_backlog_quota_limit_time": ("gauge", {"cluster", "namespace", "topic"}),
     "pulsar_storage_backlog_size": ("gauge", {"cluster", "namespace", "topic"}),
+    # PIP-492 (Pulsar 5.0, apache/pulsar#26313): TopicStats prints it per subscription
+    "pulsar_subscription_storage_backlog_age_seconds": (
+        "gauge", {"cluster", "namespace", "topic", "subscription"}),
 }
 
 
