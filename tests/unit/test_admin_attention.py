@@ -26,6 +26,7 @@ from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.policies import PolicyCache
 from tests.replay.admin_replay import PARTITIONED_TOPIC, TOPIC, AdminReplayServer
 from tests.unit.test_lastgood import A, B, tables
+from tests.unit.test_sources_policies import Clock
 
 NOW = 10_000.0
 NS = "public/default"
@@ -95,14 +96,6 @@ def test_stale_topics_are_held_ones_and_those_of_a_broker_down() -> None:
 
 
 # --- through the walk, against the replay ---------------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 5_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
