@@ -94,6 +94,7 @@ def exporter_config(broker: PulsarLite, replay: MetricsReplayServer) -> dict[str
         "resource_group_engine": {"participant": "e2e-exporter", "report_interval": "3s"},
         "load_manager": {"bundle_max_topics": len(BUSY_TOPICS) - 1},
         "spark": {"master": "local[2]"},
+        "exposition": {"subscription_backlog_age": True},  # its dashboard panels need it
     }
 
 
