@@ -27,6 +27,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from exporter.config.model import TopicFilter
 from exporter.engine.backlog import LimitStatus, TimeSource
@@ -53,7 +54,7 @@ def disagrees(limits: ResolvedQuota, size: float | None, time: float | None) -> 
 
 
 def stats_wanted(decisions: Decisions, listed: Sequence[str], *, rule: TopicFilter,
-                 seen: Collection[str], stale: Collection[str]) -> set[str]:
+                 seen: pa.Array | pa.ChunkedArray, stale: Collection[str]) -> set[str]:
     """The topics (of `listed`, partitions by their own names) whose stats to read, after
     `decisions` (the last cycle's), with `seen` the topics on last cycle's tables (our own
     lease and usage topics too, which are no backlog to decide) and `stale` those of them
@@ -62,8 +63,8 @@ def stats_wanted(decisions: Decisions, listed: Sequence[str], *, rule: TopicFilt
               if d.exceeded or d.time is LimitStatus.UNKNOWN
               or (d.time is LimitStatus.WITHIN and d.backlog_messages > 0
                   and d.time_source not in _MEASURED)}
-    unseen = [t for t in listed if t not in seen]
-    if unseen and rule.active:
-        mask = keep(pa.array(unseen, pa.string()), rule).to_pylist()
-        unseen = [t for t, kept in zip(unseen, mask, strict=True) if kept]
-    return wanted | decisions.doubted | set(unseen) | set(stale)
+    names = pa.array(listed, pa.string())
+    unseen = names.filter(pc.invert(pc.is_in(names, seen)))
+    if len(unseen) and rule.active:
+        unseen = unseen.filter(keep(unseen, rule))
+    return wanted | decisions.doubted | set(unseen.to_pylist()) | set(stale)

@@ -219,15 +219,15 @@ class Decider:
             agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
                          "backlog_age_seconds", "backlog_size_bytes",
                          "backlog_quota_limit_bytes", "backlog_quota_limit_seconds"))
-        printed = dict(zip(topics, zip(sizes, times, strict=True), strict=True))
         # Our own topics (usage reports, the enforcer lease) are no backlog to check.
         # pulsar-lite names them without their domain, so they arrive as persistent://:
         # compare what follows the domain.
         ours = {t.partition("://")[2] for t in (self.config.resource_group_engine.topic,
                                                 quotas.lock_topic)}
         system = not quotas.system_topics
-        for topic, ns, published_f, bytes_f, age, size in zip(
-                topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, strict=True):
+        for topic, ns, published_f, bytes_f, age, size, limit_size, limit_time in zip(
+                topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, sizes, times,
+                strict=True):
             if topic.partition("://")[2] in ours:
                 continue
             published = _int(published_f)
@@ -243,7 +243,7 @@ class Decider:
             else:
                 decision = check(state, quotas, now, pulsar)
             decisions.append(decision)
-            if decision.limits is not None and disagrees(decision.limits, *printed[topic]):
+            if decision.limits is not None and disagrees(decision.limits, limit_size, limit_time):
                 doubted.append(topic)
             if decision.backlog_age_seconds is not None:
                 max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)

@@ -100,9 +100,12 @@ class LastGood:
         else:
             self._held.pop(url, None)
 
+    def _held_topics(self) -> set[str]:
+        return set().union(*(held.keys() for held in self._held.values()))
+
     def held(self) -> int:
         """Topics held now: listed before, by no broker now (each counted once)."""
-        return len(set().union(*(held.keys() for held in self._held.values())))
+        return len(self._held_topics())
 
     def stale(self, fresh: Collection[str]) -> frozenset[str]:
         """Topics in use that no broker listed afresh: held ones, and those of brokers
@@ -110,14 +113,13 @@ class LastGood:
         parts = [t.topics["topic"].combine_chunks() for u, t in self._tables.items()
                  if u not in fresh]
         if not parts:
-            return frozenset(t for held in self._held.values() for t in held)
+            return frozenset(self._held_topics())
         listed = [t.topics["topic"].combine_chunks() for u, t in self._tables.items()
                   if u in fresh]
         old = pa.concat_arrays(parts)
         if listed:
             old = old.filter(pc.invert(pc.is_in(old, pa.concat_arrays(listed))))
-        return frozenset(old.drop_null().to_pylist()).union(
-            *(held.keys() for held in self._held.values()))
+        return frozenset(old.drop_null().to_pylist()) | self._held_topics()
 
     def tables(self, urls: Sequence[str]) -> tuple[tuple[str, SourceTables], ...]:
         """(url, tables) of every URL in `urls` that ever had a good fetch, in that order."""

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
 
+import pyarrow as pa
+
 from exporter.actions.evict import evictor_for, lease_for
 from exporter.actions.orders import Evictor
 from exporter.actions.plan import Enforcement, consumers_seen
@@ -106,7 +108,8 @@ class Exporter:
         self.config_file = config_file
         self._last_decisions: Decisions | None = None
         # last cycle's topics, and those of them no broker listed afresh (pipeline/lastgood.py)
-        self._seen: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+        self._seen: tuple[pa.ChunkedArray | pa.Array, frozenset[str]] = (
+            pa.array([], pa.string()), frozenset())
         self._last_success: float | None = None
         self._filtered = self._held = 0  # topics filters.topics left out; held (lastgood.py)
         self._publish_seconds: float | None = None
@@ -235,7 +238,7 @@ class Exporter:
                 agg = self._aggregate(brokers, snapshot)
             self._filtered = sum(t.filtered for _, t in brokers.tables)
             self._held = brokers.held
-            self._seen = (frozenset(agg.topics["topic"].to_pylist()), brokers.stale)
+            self._seen = (agg.topics["topic"], brokers.stale)  # a set only if the walk asks
             for row in agg.malformed.to_pylist():
                 self.tallies.malformed_lines[row["source"]] += row["lines"]
             with stage("engine"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pytest
 
 from exporter.config.model import (
@@ -60,7 +61,7 @@ def test_only_topics_that_need_their_stats_are_wanted() -> None:
     listed = [d.topic for d in last.topics] + [
         "persistent://public/default/unloaded", "persistent://public/default/skipped-1"]
     rule = TopicFilter(deny=(r".*/skipped-[0-9]+",))
-    seen = {d.topic for d in last.topics} | {"persistent://public/default/lock"}
+    seen = pa.array([d.topic for d in last.topics] + ["persistent://public/default/lock"])
     wanted = stats_wanted(last, [*listed, "persistent://public/default/lock"], rule=rule,
                           seen=seen, stale={"persistent://public/default/held"})
     assert wanted == {f"persistent://public/default/{t}" for t in (
