@@ -333,6 +333,10 @@ CATALOGUE: tuple[Metric, ...] = (
        "Payloads on the brokers' usage topic that did not decode as ResourceUsageInfo.",
        ("cluster", "reason"), U.NONE, E,
        known_values=MappingProxyType({"reason": BROKER_REPORT_REJECT_REASONS})),
+    _m("pulsar_quota_exporter_broker_reports_unknown_fields_total", C,
+       "Entries in the brokers' reports with fields this exporter does not read, e.g. a "
+       "monitoring class newer than it; counted, never fatal.",
+       ("cluster",), U.NONE, E),
     _m("pulsar_quota_exporter_usage_peers", G,
        "Participants (including this one) whose usage is currently known.",
        ("cluster",), U.NONE, E),

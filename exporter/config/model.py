@@ -36,8 +36,13 @@ class PolicySource(StrEnum):
 
 
 class MonitoringClass(StrEnum):
+    """PIP-82's classes, as Pulsar's `ResourceGroupMonitoringClass`: what producers publish,
+    what consumers are dispatched, and (Pulsar's master, not 4.0.8) what replicators send
+    to remote clusters."""
+
     PUBLISH = "publish"
     DISPATCH = "dispatch"
+    REPLICATION_DISPATCH = "replication_dispatch"
 
 
 class Allocator(StrEnum):
@@ -81,14 +86,22 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class ResourceGroup:
+    """A group's limits and what is bound to it. The most specific binding wins: a topic's
+    (Pulsar's master: `TopicPolicies.resourceGroupName`) beats its namespace's, which beats
+    its tenant's."""
+
     name: str
     publish: RateLimit = RateLimit()
     dispatch: RateLimit = RateLimit()
+    # Pulsar's `replicationDispatchRateIn{Msgs,Bytes}`: all remote clusters as one pool.
+    replication_dispatch: RateLimit = RateLimit()
     tenants: tuple[str, ...] = ()
-    namespaces: tuple[str, ...] = ()  # "tenant/ns"; a namespace binding beats its tenant's
+    namespaces: tuple[str, ...] = ()  # "tenant/ns"
+    topics: tuple[str, ...] = ()  # full names, "persistent://tenant/ns/topic"
 
     def limit(self, cls: MonitoringClass) -> RateLimit:
-        return self.publish if cls is MonitoringClass.PUBLISH else self.dispatch
+        return {MonitoringClass.PUBLISH: self.publish, MonitoringClass.DISPATCH: self.dispatch,
+                MonitoringClass.REPLICATION_DISPATCH: self.replication_dispatch}[cls]
 
 
 # Our usage reports' own topic. Apache Pulsar's brokers publish their PIP-82 reports

@@ -140,7 +140,8 @@ def resource_groups(r: Reader, value: object, path: str) -> Mapping[str, Resourc
         gpath = join(path, name)
         g = r.mapping(item, gpath, schema_keys(ResourceGroup, exclude=("name",)), nullable=False)
         bindings = {}
-        for kind, check in (("tenant", cv.tenant), ("namespace", cv.namespace)):
+        for kind, check in (("tenant", cv.tenant), ("namespace", cv.namespace),
+                            ("topic", cv.any_topic)):
             bound: list[str] = []
             for bpath, entry in r.items(g.get(f"{kind}s"), f"{gpath}.{kind}s"):
                 entry = r.check(entry, bpath, check, None)
@@ -160,8 +161,11 @@ def resource_groups(r: Reader, value: object, path: str) -> Mapping[str, Resourc
             name=name,
             publish=_rate_limit(r, g.get("publish"), f"{gpath}.publish"),
             dispatch=_rate_limit(r, g.get("dispatch"), f"{gpath}.dispatch"),
+            replication_dispatch=_rate_limit(r, g.get("replication_dispatch"),
+                                             f"{gpath}.replication_dispatch"),
             tenants=bindings["tenant"],
             namespaces=bindings["namespace"],
+            topics=bindings["topic"],
         )
     return MappingProxyType(groups)
 

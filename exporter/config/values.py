@@ -212,6 +212,12 @@ def topic(domain: str) -> Convert[str]:
     return convert
 
 
+def any_topic(value: object) -> str:
+    """A full topic name of either domain (a resource group binds both)."""
+    domain = "non-persistent" if str(value).startswith("non-persistent://") else "persistent"
+    return topic(domain)(value)
+
+
 def bcrypt(value: object) -> str:
     # Never echo the value: it may be a plain-text password.
     if not isinstance(value, str) or not BCRYPT_HASH.fullmatch(value):

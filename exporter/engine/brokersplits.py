@@ -35,17 +35,42 @@ P = `resourceUsageTransportPublishIntervalInSecs`:
   (as my + (configured − total) × my/total), so the configured rate's, per second; the
   usage counts, per P, only enter as a ratio.
 
-What we model: one map per group × class of the last value each broker sent, and per
-broker since when it listens. A broker first heard a period after we began listening
-started then (its first report comes P after its reader opens); one silent for over a
-period while others spoke, then sending a full report (a fresh broker's first fill always
-reports), restarted. Either holds only values sent since. A broker that may hold a value
-sent before we listened, or about when it began to (within the slack), is `Unknown`: no
-number rather than a wrong one. Not modelled: the 2 × P drop (we see no publish times; a
-healthy cluster delivers in milliseconds), a group deleted and re-created. Silent for
-`silent_after`, a broker is no longer a participant; its values go once no live broker can
-hold them. A period with no report from anyone (we were cut off, or every broker went):
-we start over, as if we had just begun to listen.
+On Pulsar's master (`ResourceGroup.java` ascentstream/pulsar 3d379028, the fork tracking
+apache master; `ResourceGroupService.java` 1b6132c1; `ResourceUsage.proto` apache/pulsar
+17548093), what differs for the third class, `ReplicationDispatch`:
+- Usage. `aggregateResourceGroupLocalUsages` counts, per topic and remote cluster, what its
+  replicator sent (`bytesOutCount`, `msgOutCount` deltas), and charges a topic's usage to every
+  distinct group of its tenant, namespace and topic (`incrementUsage`), not to the most
+  specific binding only.
+- Report and map. Keyed by (class, remote cluster), each key with its own suppression: a
+  report carries one `replicator` per remote cluster not held back, and a left-out cluster
+  keeps its previous value. The listener takes the first `replicator` naming a remote cluster;
+  `localCluster` is not read, nor is the deprecated field 6.
+- Quota (`calculateQuotaByMonClass`). Remote clusters without a `replicatorDispatchRate`
+  entry ("local->remote") are one pool: computeLocalQuota(`replicationDispatchRateIn*`,
+  Σ over clusters of my value, [Σ over clusters and brokers]), set on the group's shared
+  replication limiter (`updateLocalQuota(…, null)`) and added to the calculated-quota
+  counters once per remote cluster (label `RemoteCluster`), the pooled quota each time.
+  Nothing is computed while the broker has no key of the class. A cluster with its own entry
+  gets its own quota: not modelled (no such entries in our config), so a group that has them
+  is computed as if it had none.
+- Not modelled either: master's map entries expire (Caffeine `expireAfterWrite`,
+  P × max(`resourceUsageMaxUsageReportSuppressRounds`, 1) × 2, from an entry's creation, as the
+  listener updates the cached value in place): our values never do. Master's newer
+  computeLocalQuota early returns (pulsarcalc.py) are not applied; master also throttles
+  Dispatch, which here keeps 4.0.8's rule.
+
+What we model: one map per group × class (replication: × remote cluster) of the last value
+each broker sent, and per broker since when it listens. A broker first heard a period after
+we began listening started then (its first report comes P after its reader opens); one
+silent for over a period while others spoke, then sending a full report (a fresh broker's
+first fill always reports), restarted. Either holds only values sent since. A broker that
+may hold a value sent before we listened, or about when it began to (within the slack), is
+`Unknown`: no number rather than a wrong one. Not modelled: the 2 × P drop (we see no
+publish times; a healthy cluster delivers in milliseconds), a group deleted and re-created.
+Silent for `silent_after`, a broker is no longer a participant; its values go once no live
+broker can hold them. A period with no report from anyone (we were cut off, or every broker
+went): we start over, as if we had just begun to listen.
 """
 
 from __future__ import annotations
@@ -59,8 +84,10 @@ from exporter.config.model import MonitoringClass, ResourceGroup
 from exporter.engine.allocators import Observed, fair_shares
 from exporter.engine.pulsarcalc import compute_local_quota
 
-CLASSES = (MonitoringClass.PUBLISH, MonitoringClass.DISPATCH)
+REPLICATION = MonitoringClass.REPLICATION_DISPATCH
 _DIMENSIONS = ("bytes", "messages")
+# Classes whose computed quota a broker runs under (see `_fair`).
+_THROTTLED = (MonitoringClass.PUBLISH, REPLICATION)
 
 
 def java_long(value: int) -> int:
@@ -78,14 +105,26 @@ class Counts:
 
 @dataclass(frozen=True)
 class Entry:
-    """One group in one report; a class is None when the broker left it out (suppressed)."""
+    """One group in one report; a class is None when the broker left it out (suppressed).
+
+    `replication`: (remote cluster, counts) per `ReplicatorUsage` of the report (master's
+    `ReplicationDispatch`), the first per remote cluster counting; a cluster not there was
+    left out. 4.0.8 brokers never send one."""
 
     resource_group: str
     publish: Counts | None = None
     dispatch: Counts | None = None
+    replication: tuple[tuple[str, Counts], ...] = ()
 
-    def counts(self, cls: MonitoringClass) -> Counts | None:
-        return self.publish if cls is MonitoringClass.PUBLISH else self.dispatch
+    def carried(self) -> dict[tuple[MonitoringClass, str | None], Counts]:
+        """What the entry carries, by (class, remote cluster: None but for replication)."""
+        out: dict[tuple[MonitoringClass, str | None], Counts] = {
+            (cls, None): c for cls, c in ((MonitoringClass.PUBLISH, self.publish),
+                                          (MonitoringClass.DISPATCH, self.dispatch))
+            if c is not None}
+        for remote, counts in self.replication:
+            out.setdefault((REPLICATION, remote), counts)
+        return out
 
 
 @dataclass(frozen=True)
@@ -190,7 +229,8 @@ class BrokerSplits:
         self.period, self.silent_after = period, silent_after
         self.slack = resolution + 0.05 * period
         self._brokers: dict[str, _Broker] = {}
-        self._values: dict[tuple[str, MonitoringClass, str], _Value] = {}
+        # (group, class, remote cluster or None, sender) → its last value
+        self._values: dict[tuple[str, MonitoringClass, str | None, str], _Value] = {}
         self._named: dict[str, set[str]] = {}  # group → brokers whose reports name it
         self._first: float | None = None  # our first report: we listen since then at least
         self._last: float | None = None  # the last report from anyone
@@ -215,10 +255,9 @@ class BrokerSplits:
         seen.last, seen.seq = at, self._seq
         for entry in report.entries:
             self._named.setdefault(entry.resource_group, set()).add(name)
-            for cls in CLASSES:
-                counts = entry.counts(cls)
-                if counts is not None:  # a left-out class keeps the previous value
-                    self._values[(entry.resource_group, cls, name)] = _Value(counts, at)
+            # a left-out class (remote cluster) keeps the previous value
+            for (cls, remote), counts in entry.carried().items():
+                self._values[(entry.resource_group, cls, remote, name)] = _Value(counts, at)
 
     def splits(self, groups: Mapping[str, ResourceGroup], now: float) -> Splits:
         """Each live broker's quota for each group it reports, under `groups` (the limits
@@ -227,18 +266,26 @@ class BrokerSplits:
         out: list[Split] = []
         for group in sorted(self._named):
             brokers = sorted(self._named[group] & live)
-            for cls in CLASSES:
-                out += self._split(group, cls, groups.get(group), brokers)
+            conf = groups.get(group)
+            for cls in (MonitoringClass.PUBLISH, MonitoringClass.DISPATCH):
+                out += self._split(group, cls, (None,), conf, brokers)
+            remotes = sorted({k[2] for k in self._values if k[:2] == (group, REPLICATION)})
+            limit = None if conf is None else _configured(conf, REPLICATION)
+            # Pulsar computes nothing without a key of the class (no replication heard), and
+            # a group without a replication limit (every 4.0.8 group) gets -1: no split.
+            if remotes and (limit is None or max(limit.bytes, limit.messages) >= 0):
+                out += self._split(group, REPLICATION, remotes, conf, brokers)
         return Splits(now, tuple(out))
 
     # --- one group × class ----------------------------------------------------------------
-    def _split(self, group: str, cls: MonitoringClass, conf: ResourceGroup | None,
-               brokers: list[str]) -> list[Split]:
+    def _split(self, group: str, cls: MonitoringClass, remotes: Sequence[str | None],
+               conf: ResourceGroup | None, brokers: list[str]) -> list[Split]:
+        """`remotes`: the keys of the class, pooled (replication: every remote cluster
+        heard; the others: None)."""
         if conf is None:
             return [Unknowable(group, cls, b, Unknown.NOT_CONFIGURED) for b in brokers]
-        limit = conf.limit(cls)
-        configured = Counts(limit.bytes_per_second, limit.messages_per_second)
-        views = {b: self._view(group, cls, b) for b in brokers}
+        configured = _configured(conf, cls)
+        views = {b: self._pooled(group, cls, remotes, b) for b in brokers}
         pulsar = {b: _pulsar(configured, b, v) for b, v in views.items() if isinstance(v, dict)}
         out: list[Split] = []
         for b, view in views.items():
@@ -250,13 +297,30 @@ class BrokerSplits:
             out.append(Quota(group, cls, b, pulsar[b], *fair))
         return out
 
-    def _view(self, group: str, cls: MonitoringClass, broker: str) -> dict[str, Counts] | Unknown:
-        """The usage map `broker` holds for the group and class, as far as we can know it."""
+    def _pooled(self, group: str, cls: MonitoringClass, remotes: Sequence[str | None],
+                broker: str) -> dict[str, Counts] | Unknown:
+        """Each sender's value summed over `remotes` (as `long`s, as Pulsar sums them), in
+        the maps `broker` holds; unknown if one of them is."""
+        pooled: dict[str, Counts] = {}
+        for remote in remotes:
+            view = self._view(group, cls, remote, broker)
+            if not isinstance(view, dict):
+                return view
+            for sender, c in view.items():
+                p = pooled.get(sender, Counts(0, 0))
+                pooled[sender] = Counts(java_long(p.bytes + c.bytes),
+                                        java_long(p.messages + c.messages))
+        return pooled
+
+    def _view(self, group: str, cls: MonitoringClass, remote: str | None,
+              broker: str) -> dict[str, Counts] | Unknown:
+        """The usage map `broker` holds for the group, class and remote cluster, as far as
+        we can know it."""
         since = self._brokers[broker].since
         held: dict[str, Counts] = {}
         for sender in sorted(self._named[group]):
-            value = self._values.get((group, cls, sender))
-            if value is None:  # only left-out classes heard from it
+            value = self._values.get((group, cls, remote, sender))
+            if value is None:  # only left-out classes (clusters) heard from it
                 if since is None:
                     return Unknown.UNHEARD
                 continue
@@ -269,11 +333,16 @@ class BrokerSplits:
     def _fair(self, quota: int, me: str, view: dict[str, Counts],
               pulsar: Mapping[str, Counts | None], dimension: str, cls: MonitoringClass) -> float:
         """`fair` over the same usages per second; the limit a broker runs under is its
-        Pulsar quota (publish only: Pulsar 4.0 throttles no dispatch)."""
+        Pulsar quota where Pulsar applies it, else none."""
         usages = {**{me: Counts(0, 0)}, **view}
         reports = {}
         for sender, counts in usages.items():
-            limit = pulsar.get(sender) if cls is MonitoringClass.PUBLISH else None
+            # Publish: 4.0.8's updateLocalQuota sets the publish limiter (and returns null
+            # for Dispatch: Pulsar 4.0 throttles no dispatch). Replication (master only):
+            # updateLocalQuota(ReplicationDispatch, quota, null) sets the group's shared
+            # replication limiter, the one every remote cluster without its own entry uses;
+            # the pooled quota is that limiter's rate.
+            limit = pulsar.get(sender) if cls in _THROTTLED else None
             value = getattr(limit, dimension) if limit is not None else -1
             reports[sender] = Observed(getattr(counts, dimension) / self.period,
                                        float(value) if value >= 0 else None)
@@ -297,13 +366,18 @@ class BrokerSplits:
         live = self._live(now)
         starts = [self._brokers[b].since for b in live]
 
-        def held(key: tuple[str, MonitoringClass, str], value: _Value) -> bool:
-            return key[2] in live or any(s is None or value.at > s - self.slack for s in starts)
+        def held(key: tuple[str, MonitoringClass, str | None, str], value: _Value) -> bool:
+            return key[3] in live or any(s is None or value.at > s - self.slack for s in starts)
 
         self._values = {k: v for k, v in self._values.items() if held(k, v)}
-        keep = live | {sender for _, _, sender in self._values}
+        keep = live | {sender for _, _, _, sender in self._values}
         self._brokers = {b: s for b, s in self._brokers.items() if b in keep}
         self._named = {g: named & keep for g, named in self._named.items() if named & keep}
+
+
+def _configured(conf: ResourceGroup, cls: MonitoringClass) -> Counts:
+    limit = conf.limit(cls)
+    return Counts(limit.bytes_per_second, limit.messages_per_second)
 
 
 def _pulsar(configured: Counts, me: str, view: Mapping[str, Counts]) -> Counts | None:

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from exporter.config.model import BacklogQuotas, Config, MonitoringClass
+from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
 from exporter.engine.agetable import AgeTables, Estimate, Method
 from exporter.engine.attention import disagrees
 from exporter.engine.backlog import (
@@ -118,6 +118,7 @@ class Decider:
         self.peer = Participant(self.participant, config.resource_group_engine)
         self._limits: dict[GroupKey, Usage | None] = {}
         self._own: dict[GroupKey, Usage] = {}  # the last cycle's usage, for the next report
+        self._replicated: set[str] = set()  # groups seen replicating since start
         self._load = LoadState()  # the shedder's history and recent bundle moves
         # The exchange reports and receives on its own timer, the check loop computes
         # shares: both touch `peer`, `_own` and `_limits`, under this lock only.
@@ -267,15 +268,21 @@ class Decider:
             self.peer.report_all_next()
 
     def _own_rates(self, agg: Aggregates, now: float) -> dict[GroupKey, Usage]:
-        """This participant's usage rate per configured RG × class, from counter diffs;
+        """This participant's usage rate per configured RG × class, from counter diffs
+        (publish, dispatch) or the broker's own rates (replication: it prints no counter);
         empty on the first cycle (it only sets the counters' baseline)."""
         elapsed = (now - self._last_at) if self._last_at is not None else None
-        totals = {}
-        names, classes, msgs, byts = _columns(
+        totals, printed = {}, {}
+        names, classes, msgs, byts, msg_rates, byte_rates = _columns(
             agg.resource_groups, ("resource_group", "monitoring_class", "messages_total",
-                                  "bytes_total"))
-        for name, cls, m, b in zip(names, classes, msgs, byts, strict=True):
-            totals[(name, MonitoringClass(cls))] = Usage(bytes=b or 0.0, messages=m or 0.0)
+                                  "bytes_total", "messages_per_second", "bytes_per_second"))
+        for name, cls, m, b, mr, br in zip(names, classes, msgs, byts, msg_rates, byte_rates,
+                                           strict=True):
+            key = (name, MonitoringClass(cls))
+            if mr is not None or br is not None:
+                printed[key] = Usage(bytes=br or 0.0, messages=mr or 0.0)
+            else:
+                totals[key] = Usage(bytes=b or 0.0, messages=m or 0.0)
         rates, keys = {}, []
         for group in self.config.resource_groups.values():
             for cls in MonitoringClass:
@@ -287,7 +294,8 @@ class Decider:
                     outcome = self._counters.observe(key, total)
                     inc = outcome.usage if isinstance(outcome, Increment) else inc
                 if elapsed and elapsed > 0:
-                    rates[(group.name, cls)] = Usage(inc.bytes / elapsed, inc.messages / elapsed)
+                    rates[(group.name, cls)] = printed.get(
+                        (group.name, cls), Usage(inc.bytes / elapsed, inc.messages / elapsed))
         self._counters.retain(keys)
         return rates
 
@@ -302,8 +310,24 @@ class Decider:
     def _groups(self, agg: Aggregates, now: float) -> tuple[GroupResult, ...]:
         own = self._own_rates(agg, now)
         with self.lock:
-            self._own = own
+            self._own = self._exchanged(own)
             return self._group_results(own, now)
+
+    def _exchanged(self, own: Mapping[GroupKey, Usage]) -> dict[GroupKey, Usage]:
+        """What our reports carry: every class but replication, which only for groups that
+        limit it or replicated since we started (Pulsar's master too creates that class's
+        entry on first use, `ResourceGroup.incrementLocalUsageStats`). Once in, it stays:
+        leaving a report would let peers keep our last value until `stale_after`. So a
+        fleet without geo-replication keeps the wire format older instances read
+        (transport/codec.py, version 1)."""
+        replication = MonitoringClass.REPLICATION_DISPATCH
+        self._replicated |= {g for (g, cls), u in own.items()
+                             if cls is replication and (u.bytes > 0 or u.messages > 0)}
+        groups = self.config.resource_groups
+        self._replicated &= set(groups)
+        wanted = self._replicated | {name for name, g in groups.items()
+                                     if g.replication_dispatch != RateLimit()}
+        return {k: u for k, u in own.items() if k[1] is not replication or k[0] in wanted}
 
     def _group_results(self, own: Mapping[GroupKey, Usage], now: float,
                        ) -> tuple[GroupResult, ...]:

@@ -1,9 +1,9 @@
 """Which resource groups apply: the YAML's, Pulsar's (admin REST), or both.
 
 Under `both` Pulsar's groups are the base and the YAML overrides them: a YAML group replaces
-Pulsar's group of the same name whole (limits and bindings), and a tenant or namespace the
-YAML binds leaves whatever Pulsar group it was bound to, since a namespace belongs to one
-group only (`ResourceGroupService` keeps one group per namespace).
+Pulsar's group of the same name whole (limits and bindings), and a tenant, namespace or topic
+the YAML binds leaves whatever Pulsar group it was bound to, since each belongs to one group
+only (`ResourceGroupService` keeps one group per namespace, `TopicPolicies` one per topic).
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ def effective_groups(yaml: Mapping[str, ResourceGroup],
         return pulsar
     tenants = {t for g in yaml.values() for t in g.tenants}
     namespaces = {ns for g in yaml.values() for ns in g.namespaces}
+    topics = {t for g in yaml.values() for t in g.topics}
     out = {name: dataclasses.replace(
                g, tenants=tuple(t for t in g.tenants if t not in tenants),
-               namespaces=tuple(ns for ns in g.namespaces if ns not in namespaces))
+               namespaces=tuple(ns for ns in g.namespaces if ns not in namespaces),
+               topics=tuple(t for t in g.topics if t not in topics))
            for name, g in pulsar.items() if name not in yaml}
     out.update(yaml)
     return MappingProxyType(dict(sorted(out.items())))

@@ -229,6 +229,8 @@ def _add_broker_reports(b: MetricSetBuilder, cluster: str, view: BrokerReportsVi
     b.add("pulsar_quota_exporter_broker_reports_received_total", (cluster,), view.received)
     for reason, n in view.rejected:
         b.add("pulsar_quota_exporter_broker_reports_rejected_total", (cluster, reason.value), n)
+    b.add("pulsar_quota_exporter_broker_reports_unknown_fields_total", (cluster,),
+          view.unknown_fields)
 
 
 def _add_broker_splits(b: MetricSetBuilder, cluster: str, splits: Splits) -> None:

@@ -50,6 +50,7 @@ VARIABLE_OF_LABEL: Mapping[str, str] = MappingProxyType({
     "namespace": "namespace",
     "topic": "topic",
     "resource_group": "resource_group",
+    "monitoring_class": "monitoring_class",
 })
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
@@ -71,7 +72,7 @@ DASHBOARDS: tuple[Dashboard, ...] = (
     Dashboard("backlog-quotas", "pqe-backlog-quotas", "Pulsar / Backlog quotas",
               ("backlog",), ("cluster", "tenant", "namespace", "topic")),
     Dashboard("resource-groups", "pqe-resource-groups", "Pulsar / Resource groups",
-              ("resource-groups",), ("cluster", "resource_group")),
+              ("resource-groups",), ("cluster", "resource_group", "monitoring_class")),
     Dashboard("load", "pqe-load", "Pulsar / Load",
               ("load",), ("cluster", "tenant", "namespace")),
     Dashboard("exporter-health", "pqe-exporter-health", "Pulsar / Quota exporter health",

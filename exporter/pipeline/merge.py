@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.config.model import MonitoringClass, ResourceGroup
-from exporter.names import bundle_range
+from exporter.names import PARTITION_SUFFIX, bundle_range, partitioned_parent
 from exporter.pipeline.model import (
     BROKERS,
     BUNDLES,
@@ -51,13 +51,15 @@ from exporter.pipeline.tables import SourceTables
 from exporter.sources.model import BundleOwnership
 
 _BROKER_RATES = ("rate_in", "rate_out", "throughput_in", "throughput_out")
-_COUNTERS = ("msg_in_total", "bytes_in_total", "msg_out_total", "bytes_out_total")
 # Pulsar's resource-group monitoring classes: publish counts what comes in, dispatch what
-# goes out (PIP-82).
-_CLASS_COUNTERS = (
+# goes out (PIP-82), both from counters; replication what the replicators send (Pulsar's
+# master), from the only figures the broker prints of it, rates.
+_CLASS_COLUMNS = (
     (MonitoringClass.DISPATCH, "msg_out_total", "bytes_out_total"),
     (MonitoringClass.PUBLISH, "msg_in_total", "bytes_in_total"),
+    (MonitoringClass.REPLICATION_DISPATCH, "replication_rate_out", "replication_throughput_out"),
 )
+_SUMMED = tuple(c for _, messages, byte_count in _CLASS_COLUMNS for c in (messages, byte_count))
 # What a namespace sums over its topics: NAMESPACES' values (no ages, no limits).
 _VALUE_COLUMNS = [f.name for f in NAMESPACES if f.name not in ("namespace", "topics")]
 _BUNDLE_VALUES = ("producers", "consumers", "rate_in", "rate_out", "throughput_in",
@@ -107,7 +109,7 @@ def merge(
         subscriptions=_shaped(owned.sort_by([("topic", "ascending"),
                                              ("subscription", "ascending")]), SUBSCRIPTIONS),
         namespaces=_shaped(namespaces.sort_by("namespace"), NAMESPACES),
-        resource_groups=_resource_groups(namespaces, groups),
+        resource_groups=_resource_groups(namespaces, brokered, groups),
         brokers=brokers,
         malformed=_malformed(malformed, sources),
         bundles=bundle_table,
@@ -300,49 +302,80 @@ def _load_tables(shares: pa.Table, usage: Mapping[str, Mapping], sources: Sequen
     )
 
 
-def bindings(groups: Iterable[ResourceGroup]) -> tuple[dict[str, str], dict[str, str]]:
-    """(namespace → group, tenant → group). Should a namespace or tenant be named by two
+def bindings(groups: Iterable[ResourceGroup]) -> tuple[dict[str, str], ...]:
+    """(namespace → group, tenant → group, topic → group). Should one be named by two
     groups (config validation should refuse it), the first group by name wins."""
     namespaces: dict[str, str] = {}
     tenants: dict[str, str] = {}
+    topics: dict[str, str] = {}
     for group in sorted(groups, key=lambda g: g.name):
         for ns in group.namespaces:
             namespaces.setdefault(ns, group.name)
         for tenant in group.tenants:
             tenants.setdefault(tenant, group.name)
-    return namespaces, tenants
+        for topic in group.topics:
+            topics.setdefault(topic, group.name)
+    return namespaces, tenants, topics
 
 
-def _resource_groups(namespaces: pa.Table, groups: Sequence[ResourceGroup]) -> pa.Table:
-    """Usage per group × class, each namespace bound by its own binding or its tenant's."""
+def _resource_groups(namespaces: pa.Table, topics: pa.Table,
+                     groups: Sequence[ResourceGroup]) -> pa.Table:
+    """Usage per group × class: each namespace counts in its own group or its tenant's, and a
+    topic bound to a group of its own (Pulsar's master; a partitioned topic's binding covers
+    its partitions) moves from its namespace's group to that one. Pulsar's master charges
+    such a topic to both (`ResourceGroupService.incrementUsage` charges every distinct
+    group of tenant, namespace and topic) while only the topic's group limits it
+    (`AbstractTopic.updateResourceGroupLimiter`), so its namespace's group would count usage
+    it does not limit: we count it once, where it is limited. A broker with topic-level
+    metrics off prints no topic to move: its topics stay in their namespace's group."""
     usage: dict[str, dict] = {}
-    if groups:
-        by_namespace, by_tenant = bindings(groups)
-        for row in namespaces.select(["namespace", "topics", *_COUNTERS]).to_pylist():
-            ns = row["namespace"]
-            group = by_namespace.get(ns) or by_tenant.get(ns.split("/", 1)[0])
-            if group is None:
-                continue
-            seen = usage.setdefault(group, {"namespaces": 0, "topics": 0,
-                                            **dict.fromkeys(_COUNTERS, 0.0)})
-            seen["namespaces"] += 1
-            seen["topics"] += row["topics"] or 0
-            for c in _COUNTERS:
-                seen[c] += row[c] or 0.0
+    if not groups:
+        return _group_rows(groups, usage)
+    by_namespace, by_tenant, by_topic = bindings(groups)
+
+    def home(namespace: str) -> str | None:
+        return by_namespace.get(namespace) or by_tenant.get(namespace.split("/", 1)[0])
+
+    def add(group: str, row: Mapping, sign: int, namespaces: int, topics: int) -> None:
+        seen = usage.setdefault(group, {"namespaces": 0, "topics": 0,
+                                        **dict.fromkeys(_SUMMED, 0.0)})
+        seen["namespaces"] += namespaces
+        seen["topics"] += topics
+        for c in _SUMMED:
+            seen[c] += sign * (row[c] or 0.0)
+
+    for row in namespaces.select(["namespace", "topics", *_SUMMED]).to_pylist():
+        if (group := home(row["namespace"])) is not None:
+            add(group, row, 1, 1, row["topics"] or 0)
+    if by_topic:
+        bound = pa.array(sorted(by_topic), pa.string())
+        names = topics["topic"]
+        parents = pc.replace_substring_regex(names, PARTITION_SUFFIX, "")
+        mask = pc.or_(pc.is_in(names, bound), pc.is_in(parents, bound))
+        for row in topics.filter(mask).select(["topic", "namespace", *_SUMMED]).to_pylist():
+            group = by_topic.get(row["topic"]) or by_topic[partitioned_parent(row["topic"])]
+            if group != (namespace_group := home(row["namespace"])):
+                if namespace_group is not None:
+                    add(namespace_group, row, -1, 0, -1)
+                add(group, row, 1, 0, 1)
     return _group_rows(groups, usage)
 
 
 def _group_rows(groups: Sequence[ResourceGroup], usage: Mapping[str, Mapping]) -> pa.Table:
-    """Both classes of every configured group; zeros for a group nothing bound was seen."""
+    """Every class of every configured group; zeros for a group nothing bound was seen."""
     rows = []
     for group in groups:
         seen = usage.get(group.name, {})
-        for cls, messages, byte_count in _CLASS_COUNTERS:
+        for cls, messages, byte_count in _CLASS_COLUMNS:
+            rate = cls is MonitoringClass.REPLICATION_DISPATCH
+            m, b = seen.get(messages) or 0.0, seen.get(byte_count) or 0.0
             rows.append({
                 "resource_group": group.name,
                 "monitoring_class": cls.value,
-                "messages_total": seen.get(messages) or 0.0,
-                "bytes_total": seen.get(byte_count) or 0.0,
+                "messages_total": None if rate else m,
+                "bytes_total": None if rate else b,
+                "messages_per_second": m if rate else None,
+                "bytes_per_second": b if rate else None,
                 "namespaces": seen.get("namespaces") or 0,
                 "topics": seen.get("topics") or 0,
             })

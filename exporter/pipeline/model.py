@@ -97,6 +97,11 @@ TOPICS = pa.schema([
     ("rate_out", _F),  # pulsar_rate_out, msg/s
     ("throughput_in", _F),  # pulsar_throughput_in, bytes/s
     ("throughput_out", _F),  # pulsar_throughput_out, bytes/s
+    # What the topic's replicators send, summed over remote clusters: Apache Pulsar prints
+    # rates only (TopicStats / AggregatedReplicationStats, averaged over
+    # statsUpdateFrequencyInSecs), no counter; null without replication.
+    ("replication_rate_out", _F),  # pulsar_replication_rate_out{remote_cluster}, msg/s
+    ("replication_throughput_out", _F),  # pulsar_replication_throughput_out, bytes/s
     # PIP-323, Apache Pulsar >= 3.2 only (null elsewhere). The broker prints -1 for an age
     # it has not measured and for an unlimited quota: kept as printed. Also read from the
     # OpenTelemetry exposition (>= 3.3, pipeline/otel.py): pulsar_broker_topic_storage_
@@ -119,14 +124,16 @@ NAMESPACES = pa.schema([
 ])
 
 # Per configured resource group × monitoring class (publish = in counters, dispatch = out
-# counters), summed over the namespaces bound to the group (a namespace binding beats its
-# tenant's). Every configured group has both rows, with 0 and namespaces = 0 when nothing
-# bound to it was seen.
+# counters, replication_dispatch = the replicators' rates), summed over what is bound to the
+# group (a topic's binding beats its namespace's, which beats its tenant's). Every configured
+# group has a row per class, with 0 and namespaces = 0 when nothing bound to it was seen.
 RESOURCE_GROUPS = pa.schema([
     ("resource_group", _S),
     ("monitoring_class", _S),  # exporter.config.MonitoringClass values
-    ("messages_total", _F),
+    ("messages_total", _F),  # counters: publish and dispatch (null for replication)
     ("bytes_total", _F),
+    ("messages_per_second", _F),  # rates as the broker prints them: replication only
+    ("bytes_per_second", _F),
     ("namespaces", _I),  # bound namespaces seen this cycle
     ("topics", _I),
 ])

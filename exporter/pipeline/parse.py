@@ -74,7 +74,13 @@ CLASSIC_TOPIC_FAMILIES: dict[str, str] = {
     "pulsar_storage_backlog_age_seconds": "backlog_age_seconds",
     "pulsar_storage_backlog_quota_limit": "backlog_quota_limit_bytes",
     "pulsar_storage_backlog_quota_limit_time": "backlog_quota_limit_seconds",
+    # One sample per remote cluster (`remote_cluster`), summed: the replication class of
+    # Pulsar master's resource groups pools every remote cluster's.
+    "pulsar_replication_rate_out": "replication_rate_out",
+    "pulsar_replication_throughput_out": "replication_throughput_out",
 }
+# Columns summed over their samples (one per remote cluster), not maxed.
+REPLICATION_COLUMNS = ("replication_rate_out", "replication_throughput_out")
 # The same columns from the OpenTelemetry exposition (otel.py): a column may be filled by
 # a classic family and an OpenTelemetry one.
 TOPIC_FAMILIES: dict[str, str] = {**CLASSIC_TOPIC_FAMILIES, **OTEL_TOPIC_FAMILIES}
@@ -100,6 +106,9 @@ BROKER_FAMILIES: dict[str, str] = {
 FAMILIES: tuple[str, ...] = tuple(sorted(
     set(SUBSCRIPTION_FAMILIES) | set(TOPIC_FAMILIES) | set(NAMESPACE_FAMILIES)
     | set(BROKER_FAMILIES)))
+
+_REPLICATION_CODES = pa.array([FAMILIES.index(f) for f, c in TOPIC_FAMILIES.items()
+                               if c in REPLICATION_COLUMNS], pa.int32())
 
 # Labels read from kept samples; the others are ignored. OpenTelemetry's spellings of the
 # same labels fill the same columns (otel.LABEL_ALIASES).
@@ -306,10 +315,12 @@ def level_of(samples: pa.Table) -> pa.Array:
 
 def entity_samples(samples: pa.Table) -> pa.Table:
     """Samples that describe an entity: per-consumer samples (`consumer_name` or
-    `consumer_id`) and replication samples (`remote_cluster` other than "local") are
-    left out, uncounted; a `level` column is added."""
+    `consumer_id`) and other families' replication samples (`remote_cluster` other than
+    "local": `pulsar_msg_backlog` per remote cluster) are left out, uncounted; a `level`
+    column is added."""
     own = pc.and_(samples["consumer_name"].is_null(), samples["consumer_id"].is_null())
-    local = pc.fill_null(pc.equal(samples["remote_cluster"], "local"), True)
+    local = pc.or_(pc.fill_null(pc.equal(samples["remote_cluster"], "local"), True),
+                   pc.is_in(samples["family"], _REPLICATION_CODES))
     kept = samples.filter(pc.and_(own, local))
     level = level_of(kept)
     return kept.append_column("level", level).filter(level.is_valid())

@@ -32,6 +32,7 @@ from exporter.pipeline.parse import (
     BROKER_FAMILIES,
     FAMILIES,
     NAMESPACE_FAMILIES,
+    REPLICATION_COLUMNS,
     SUBSCRIPTION_FAMILIES,
     TOPIC_FAMILIES,
     Parsed,
@@ -158,7 +159,8 @@ def _level(samples: pa.Table, level: Level) -> pa.Table:
 def _pivot(samples: pa.Table, keys: Sequence[str], families: Mapping[str, str]) -> pa.Table:
     """One row per distinct `keys`, one column per column named in `families` (the max
     of the samples of every family naming it: a classic family and its OpenTelemetry
-    twin, printed side by side, agree; null when absent), plus `cluster` (max)."""
+    twin, printed side by side, agree; null when absent; replication columns the sum over
+    remote clusters), plus `cluster` (max)."""
     columns = {k: samples[k] for k in keys}
     columns["cluster"] = samples["cluster"]
     family = samples["family"]
@@ -172,12 +174,15 @@ def _pivot(samples: pa.Table, keys: Sequence[str], families: Mapping[str, str]) 
     if not keys:  # one group over everything
         table = table.append_column("_all", pa.array([0] * len(table), pa.int8()))
     grouped = table.group_by(list(keys) or ["_all"], use_threads=False).aggregate(
-        [(c, "max") for c in ("cluster", *names)])
+        [(c, "sum" if c in REPLICATION_COLUMNS else "max") for c in ("cluster", *names)])
     return grouped.rename_columns([_unsuffixed(n) for n in grouped.column_names])
 
 
 def _unsuffixed(name: str) -> str:
-    return name[: -len("_max")] if name.endswith("_max") else name
+    for suffix in ("_max", "_sum"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def _keyed(table: pa.Table, keys: Sequence[str], values: Sequence[str]) -> pa.Table:

@@ -48,10 +48,13 @@ def _counts(usage: NetworkUsage | None) -> Counts | None:
 
 
 def splits_report(received: ReceivedReport) -> Report:
-    """A decoded `ResourceUsageInfo` as the quota model reads it (a left-out class: None)."""
+    """A decoded `ResourceUsageInfo` as the quota model reads it (a left-out class: None;
+    replication per remote cluster, from `replicator` entries only, as master reads it)."""
     r = received.report
     return Report(r.broker, received.at, tuple(
-        Entry(u.owner, _counts(u.publish), _counts(u.dispatch)) for u in r.usage))
+        Entry(u.owner, _counts(u.publish), _counts(u.dispatch),
+              tuple((remote, _counts(n)) for remote, n in u.by_remote_cluster().items()))
+        for u in r.usage))
 
 
 def exchange_for(config: Config, clock: Callable[[], float]) -> UsageExchange | None:

@@ -96,6 +96,15 @@ class _Http:
         except CaFileError as exc:
             raise FetchFailure(ScrapeError.TLS, str(exc)) from exc
 
+    def get_text(self, path: str) -> str:
+        """GET a body that is no JSON document (Pulsar answers a `String` resource raw, and
+        `null` as 204 with no body: ""); failures as `get_json`'s."""
+        try:
+            return self._http.call("GET", path).decode("utf-8")
+        except Exception as exc:
+            failed = classify(exc)
+            raise FetchFailure(failed.reason, f"GET {path}: {failed.detail}") from exc
+
     def get_json(self, path: str, *, elsewhere_ok: bool = False) -> object:
         """GET and decode; a failure is re-raised classified, naming the path. With
         `elsewhere_ok`, redirects are not followed and a 3xx or 404 answer gives None."""
@@ -359,6 +368,7 @@ class AdminScraper:
                                          now_too=walk.chosen if choose else ()) \
                 if self._policies else None
             groups = self._groups.read(walk.each, http.get_json, namespaces, self._clock(),
-                                       complete=listed) if self._groups else None
+                                       complete=listed, topics=walk.topic_names,
+                                       get_text=http.get_text) if self._groups else None
         snapshot = AdminSnapshot(self._clock(), tuple(topics), tuple(bundles), quotas, groups)
         return AdminFetched(snapshot, tuple(walk.errors))

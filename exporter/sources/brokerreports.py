@@ -10,6 +10,15 @@ Each take also hands on the reports it decoded, in arrival order with the take's
 (`ReceivedReport`): the brokers' quota model (engine/brokersplits.py) needs every report,
 a suppressed class included, not only the sums.
 
+Classes: publish and dispatch as reported; replication (Pulsar master's
+`ReplicationDispatch`) as one pool per group and broker, the sum over remote clusters of the
+entry's `replicator`s (the first per remote cluster, as master reads them), or the deprecated
+field 6 an intermediate upstream version wrote, when an entry has no `replicator`. A left-out
+class adds nothing; a replication series appears with the first report that carries one, so
+4.0.8 brokers, which never do, show none. Fields this exporter does not know (a class newer
+than it) are counted (`unknown_fields`: reports and entries carrying any) and named in one log
+line per take; the rest of such a report is summed as usual.
+
 Read-only: we never publish there (our own reports have their own topic, configmodel
 `USAGE_TOPIC`). A non-persistent topic keeps no history, so reports sent while we are not
 connected are not counted (PIP-82 accepts the same undercount). A payload that does not
@@ -28,6 +37,7 @@ from typing import Any, Protocol
 from exporter.config.model import MonitoringClass
 from exporter.transport.pulsarwire import (
     BrokerUsageReport,
+    GroupUsage,
     NetworkUsage,
     Undecodable,
     WireError,
@@ -35,6 +45,7 @@ from exporter.transport.pulsarwire import (
 )
 
 log = logging.getLogger(__name__)
+REPLICATION = MonitoringClass.REPLICATION_DISPATCH
 
 
 class PayloadSource(Protocol):
@@ -72,6 +83,7 @@ class BrokerReportsView:
     received: int  # reports decoded, since start
     rejected: tuple[tuple[WireError, int], ...]  # every reason, 0 included
     reports: tuple[ReceivedReport, ...] = ()  # decoded by this take, oldest first
+    unknown_fields: int = 0  # reports and entries with a field we do not read, since start
 
 
 class BrokerReports:
@@ -84,11 +96,13 @@ class BrokerReports:
         self._last: dict[str, float] = {}
         self._received = 0
         self._rejected: Counter[WireError] = Counter({reason: 0 for reason in WireError})
+        self._unknown = 0
 
     def take(self, now: float) -> BrokerReportsView:
         refused: Counter[WireError] = Counter()
         example = ""
         taken: list[ReceivedReport] = []
+        unknown: Counter[int] = Counter()  # field number → messages carrying it, this take
         for payload in self.channel.drain():
             try:
                 report = decode(payload)
@@ -99,15 +113,24 @@ class BrokerReports:
             self._received += 1
             self._last[report.broker] = now
             taken.append(ReceivedReport(now, report))
+            for fields in (report.unknown_fields, *(e.unknown_fields for e in report.usage)):
+                self._unknown += bool(fields)
+                unknown.update(fields)
             for entry in report.usage:
                 for cls, usage in ((MonitoringClass.PUBLISH, entry.publish),
                                    (MonitoringClass.DISPATCH, entry.dispatch)):
                     self._add((entry.owner, report.broker, cls), usage)
+                replicated = _replication(entry)
+                if replicated is not None:  # no series before the first: 4.0.8 has none
+                    self._add((entry.owner, report.broker, REPLICATION), replicated)
         if refused:
             self._rejected.update(refused)
             log.warning("brokers' usage topic: %d report(s) refused (%s), e.g. %s",
                         refused.total(), ", ".join(f"{r.value}: {n}" for r, n in
                                                    refused.items()), example)
+        if unknown:
+            log.info("brokers' usage topic: fields this exporter does not read, skipped "
+                     "(field number: messages) %s", _bounded(unknown))
         self._forget_silent(now)
         return BrokerReportsView(
             usage=tuple(ReportedUsage(group, broker, cls, b, m)
@@ -115,7 +138,8 @@ class BrokerReports:
             last_report=tuple(sorted(self._last.items())),
             received=self._received,
             rejected=tuple(self._rejected.items()),
-            reports=tuple(taken))
+            reports=tuple(taken),
+            unknown_fields=self._unknown)
 
     def _add(self, key: tuple[str, str, MonitoringClass], usage: NetworkUsage | None) -> None:
         if usage is None:  # held back by the broker's suppression rule: nothing to add
@@ -134,6 +158,22 @@ class BrokerReports:
 
     def close(self) -> None:
         self.channel.close()
+
+
+def _replication(entry: GroupUsage) -> NetworkUsage | None:
+    """The entry's replicated usage, all remote clusters as one: what master's pooled
+    `ReplicationDispatch` quota sums (`ResourceGroupService.calculateQuotaByMonClass`)."""
+    clusters = entry.by_remote_cluster()
+    if not clusters:
+        return entry.replication_dispatch
+    return NetworkUsage(sum(u.bytes for u in clusters.values()),
+                        sum(u.messages for u in clusters.values()))
+
+
+def _bounded(numbers: Counter[int], most: int = 10) -> str:
+    """Field numbers for a log line: any client may write that topic, so at most `most`."""
+    shown = ", ".join(f"{n}: {c}" for n, c in sorted(numbers.items())[:most])
+    return shown + (f" and {len(numbers) - most} more" if len(numbers) > most else "")
 
 
 def broker_reports_for(service_url: str | None, topic: str | None, stale_after: float,

@@ -22,12 +22,17 @@ shortest form):
         per present class (publish first): usage messages, usage bytes, then the limit
         values whose bits are set
 
+Version 2 is version 1 with the class byte a varint of 9 bits: bits 6–8 the same for
+replication dispatch (Pulsar master's third class). A report is written as version 2 only
+when it carries a replication entry, so fleets without replication stay readable by
+instances that predate it (those count a version 2 report as `unknown_version`).
+
 Precision (what `decode(encode(r))` gives back, exactly `canonical(r)`): message rates
 in thousandths of a message per second, byte rates in whole bytes per second, `sent_at`
 in whole milliseconds, each rounded half to even; entries sorted by resource group then
-class (publish, dispatch); a limit that is unlimited in both dimensions becomes None.
-A fixed-point value must not exceed `MAX_FIXED` (2**52) so that every such value is held
-exactly by a float and re-encodes to the same integer.
+class (publish, dispatch, replication dispatch); a limit that is unlimited in both
+dimensions becomes None. A fixed-point value must not exceed `MAX_FIXED` (2**52) so that
+every such value is held exactly by a float and re-encodes to the same integer.
 
 The decoder accepts only canonical bytes: any payload it accepts re-encodes to itself,
 byte for byte. So it rejects non-shortest varints, unsorted or duplicate groups, and a
@@ -44,7 +49,8 @@ from enum import StrEnum
 from exporter.config.model import MonitoringClass
 
 MAGIC = 0xB7
-VERSION = 1
+VERSION = 1  # without a replication entry
+VERSION_REPLICATION = 2  # with one: the class field a varint
 # Pulsar's default maxMessageSize is 5 MB; keep a report well inside it.
 MAX_REPORT_BYTES = 4 * 1024 * 1024
 MAX_FIXED = 2**52
@@ -54,10 +60,12 @@ BYTE_SCALE = 1  # whole bytes per second
 TIME_SCALE = 1000  # milliseconds
 
 FLAG_GOODBYE = 0x01
-CLASSES = (MonitoringClass.PUBLISH, MonitoringClass.DISPATCH)
-CLASS_SHIFT = {MonitoringClass.PUBLISH: 0, MonitoringClass.DISPATCH: 3}
+CLASSES = (MonitoringClass.PUBLISH, MonitoringClass.DISPATCH,
+           MonitoringClass.REPLICATION_DISPATCH)
+CLASS_SHIFT = {MonitoringClass.PUBLISH: 0, MonitoringClass.DISPATCH: 3,
+               MonitoringClass.REPLICATION_DISPATCH: 6}
 PRESENT, LIMIT_MESSAGES, LIMIT_BYTES = 0x1, 0x2, 0x4
-CLASS_BITS_MASK = 0x3F
+CLASS_BITS_MASK = {VERSION: 0x3F, VERSION_REPLICATION: 0x1FF}
 
 
 @dataclass(frozen=True)
@@ -201,12 +209,20 @@ def _shared_prefix(a: bytes, b: bytes) -> int:
     return i
 
 
+def version_of(report: WireReport) -> int:
+    """The version `report` is written in: the oldest that carries it."""
+    replication = any(MonitoringClass(e.monitoring_class) is MonitoringClass.REPLICATION_DISPATCH
+                      for e in report.entries)
+    return VERSION_REPLICATION if replication else VERSION
+
+
 def encode(report: WireReport) -> bytes:
     """The canonical bytes of `report`. Raises ValueError for a report that cannot be
     represented (empty names, duplicate group × class, negative or non-finite rates,
     values above MAX_FIXED, a goodbye with entries, names that are not valid Unicode)."""
     _validate(report)
-    out = bytearray((MAGIC, VERSION, FLAG_GOODBYE if report.goodbye else 0))
+    version = version_of(report)
+    out = bytearray((MAGIC, version, FLAG_GOODBYE if report.goodbye else 0))
     participant = report.participant.encode("utf-8")
     _varint(out, len(participant))
     out += participant
@@ -243,7 +259,7 @@ def encode(report: WireReport) -> bytes:
                 if size is not None:
                     bits |= LIMIT_BYTES << shift
                     values.append(size)
-        out.append(bits)
+        _varint(out, bits)  # version 1: < 0x40, the byte it always was
         for value in values:
             _varint(out, value)
     return bytes(out)

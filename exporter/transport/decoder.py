@@ -22,11 +22,13 @@ from exporter.transport.codec import (
     PRESENT,
     TIME_SCALE,
     VERSION,
+    VERSION_REPLICATION,
     Entry,
     Rates,
     Undecodable,
     WireReject,
     WireReport,
+    version_of,
 )
 
 
@@ -96,7 +98,8 @@ def _text(raw: bytes, what: str) -> str:
         raise _Reject(WireReject.MALFORMED, f"{what} is not valid UTF-8: {exc.reason}") from None
 
 
-def _decode_group(reader: _Reader, previous: bytes, index: int) -> tuple[bytes, list[Entry]]:
+def _decode_group(reader: _Reader, previous: bytes, index: int, version: int,
+                  ) -> tuple[bytes, list[Entry]]:
     what = f"group {index}"
     shared = reader.varint(f"{what} prefix length")
     suffix = reader.take(reader.varint(f"{what} name length"), f"{what} name")
@@ -109,8 +112,9 @@ def _decode_group(reader: _Reader, previous: bytes, index: int) -> tuple[bytes, 
         raise _Reject(WireReject.MALFORMED, f"{what}: {detail} resource group name")
     name_bytes = previous[:shared] + suffix
     name = _text(name_bytes, f"{what} name")
-    bits = reader.byte(f"{what} class byte")
-    if bits & ~CLASS_BITS_MASK:
+    bits = reader.byte(f"{what} class byte") if version == VERSION else reader.varint(
+        f"{what} class field")
+    if bits & ~CLASS_BITS_MASK[version]:
         raise _Reject(WireReject.MALFORMED, f"{what}: unknown class bits {bits:#04x}")
     entries: list[Entry] = []
     for cls in CLASSES:
@@ -140,9 +144,9 @@ def _decode(data: bytes) -> WireReport:
     if reader.byte("magic") != MAGIC:
         raise _Reject(WireReject.MALFORMED, "bad magic byte: not a usage report")
     version = reader.byte("version")
-    if version != VERSION:
+    if version not in (VERSION, VERSION_REPLICATION):
         raise _Reject(WireReject.UNKNOWN_VERSION, f"version {version}, this decoder speaks "
-                                                  f"{VERSION}")
+                                                  f"{VERSION} and {VERSION_REPLICATION}")
     flags = reader.byte("flags")
     if flags & ~FLAG_GOODBYE:
         raise _Reject(WireReject.MALFORMED, f"unknown flag bits {flags:#04x}")
@@ -161,11 +165,14 @@ def _decode(data: bytes) -> WireReport:
     entries: list[Entry] = []
     previous = b""
     for index in range(count):
-        previous, group = _decode_group(reader, previous, index)
+        previous, group = _decode_group(reader, previous, index, version)
         entries.extend(group)
     if reader.pos != len(data):
         raise _Reject(WireReject.MALFORMED, f"{len(data) - reader.pos} trailing bytes")
-    return WireReport(participant, sequence, sent_at, tuple(entries), goodbye)
+    report = WireReport(participant, sequence, sent_at, tuple(entries), goodbye)
+    if version_of(report) != version:  # two encodings of one report: never accepted
+        raise _Reject(WireReject.MALFORMED, f"version {version} without a replication entry")
+    return report
 
 
 def decode(payload: bytes, max_bytes: int = MAX_REPORT_BYTES) -> WireReport | Undecodable:

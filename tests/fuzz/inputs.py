@@ -513,22 +513,33 @@ def receive(exch: UsageExchange, channel: Channel, payloads: Sequence[bytes],
 
 @cache
 def broker_report_seeds() -> tuple[bytes, ...]:
-    """`ResourceUsageInfo` payloads recorded from an Apache Pulsar 4.0.8 broker."""
-    text = (FIXTURES / "apache-pulsar-4.0.8-resource-usage-reports.hex").read_text()
-    return tuple(bytes.fromhex(line) for line in text.splitlines()
-                 if line and not line.startswith("#"))
+    """`ResourceUsageInfo` payloads recorded from an Apache Pulsar 4.0.8 broker, and ones
+    encoded from master's proto (replication)."""
+    return tuple(bytes.fromhex(line) for name in (
+        "apache-pulsar-4.0.8-resource-usage-reports.hex",
+        "apache-pulsar-master-17548093-resource-usage-reports.hex")
+        for line in (FIXTURES / name).read_text().splitlines()
+        if line and not line.startswith("#"))
 
 
 def _reencode(report: pulsarwire.BrokerUsageReport) -> bytes:
-    """The report written again the way the broker writes it (tests/harness)."""
+    """The report written again the way the broker writes it (tests/harness); an unknown
+    field again as an empty one of its number (only numbers are kept)."""
     def usage(u: pulsarwire.GroupUsage) -> bytes:
         parts = [pb_field(n, network(c.bytes, c.messages))
-                 for n, c in ((2, u.publish), (3, u.dispatch)) if c is not None]
+                 for n, c in ((2, u.publish), (3, u.dispatch), (6, u.replication_dispatch))
+                 if c is not None]
         if u.storage_bytes is not None:
             parts.append(pb_field(4, pb_field(1, u.storage_bytes)))
+        parts += [pb_field(7, pb_field(1, r.local_cluster.encode())
+                           + pb_field(2, r.remote_cluster.encode())
+                           + pb_field(3, network(r.usage.bytes, r.usage.messages)))
+                  for r in u.replicators]
+        parts += [pb_field(n, b"") for n in u.unknown_fields]
         return entry(u.owner, *parts)
 
-    return info(report.broker, *(usage(u) for u in report.usage))
+    return info(report.broker, *(usage(u) for u in report.usage)) + b"".join(
+        pb_field(n, b"") for n in report.unknown_fields)
 
 
 def broker_report(payload: bytes) -> Outcome:

@@ -1,16 +1,26 @@
 """The brokers' PIP-82 reports summed per group, class and broker (sources/brokerreports.py),
-fed with recorded 4.0.8 payloads through a list standing in for the topic reader."""
+fed with recorded 4.0.8 payloads and payloads encoded from Pulsar master's proto through a
+list standing in for the topic reader."""
 
 from __future__ import annotations
+
+import logging
 
 from exporter.config.model import MonitoringClass
 from exporter.sources.brokerreports import BrokerReports, ReportedUsage, broker_reports_for
 from exporter.transport.pulsarwire import WireError
 from tests.harness.resource_usage_info import entry, field, info, network
-from tests.unit.test_pulsarwire import RECORDED
+from tests.unit.test_pulsarwire import B1, B2, MASTER, RECORDED, with_entry_field
 
 P, D = MonitoringClass.PUBLISH, MonitoringClass.DISPATCH
+R = MonitoringClass.REPLICATION_DISPATCH
 BROKER = "pulsar://127.0.0.1:40725"
+
+
+def replicator(remote: str, bytes_: int, messages: int) -> bytes:
+    """A master `ReplicatorUsage` (field 7) from local cluster c1."""
+    body = field(1, b"c1") + field(2, remote.encode()) + field(3, network(bytes_, messages))
+    return field(7, body)
 
 
 class PayloadsInAList:
@@ -44,6 +54,64 @@ def test_recorded_reports_sum_to_the_brokers_own_remote_usage_counters():
     assert view.received == 10 and first.received == 4
     assert view.last_report == ((BROKER, 110.0),)
     assert dict(view.rejected) == {reason: 0 for reason in WireError}
+    assert view.unknown_fields == 0  # and no replication series: 4.0.8 never reports one
+
+
+def test_master_reports_sum_replication_over_remote_clusters_and_field_6_alone():
+    ledger, payloads = reports()
+    payloads.waiting += MASTER
+    view = ledger.take(now=5.0)
+    assert view.usage == (
+        ReportedUsage("rg-geo", B1, D, 24000 + 25000, 240 + 250),
+        ReportedUsage("rg-geo", B1, P, 12000 + 12500, 120 + 125),
+        # c2 + c3, then c2 (c3 suppressed), nothing, then field 6 as the intermediate
+        # version wrote it
+        ReportedUsage("rg-geo", B1, R, 6000 + 3000 + 6600 + 9000, 60 + 30 + 66 + 90),
+        ReportedUsage("rg-geo", B2, D, 0, 0),  # left out
+        ReportedUsage("rg-geo", B2, P, 2000, 20),
+        ReportedUsage("rg-geo", B2, R, 1000, 10),
+        ReportedUsage("rg-local", B2, D, 0, 0),
+        ReportedUsage("rg-local", B2, P, 500, 5))  # no replication: no series
+    assert view.received == 5 and view.unknown_fields == 0
+
+
+def test_field_6_only_counts_where_an_entry_has_no_replicator_and_the_first_per_cluster_wins():
+    ledger, payloads = reports()
+    payloads.waiting.append(info("b1", entry(
+        "g", field(6, network(100_000, 1000)), replicator("c2", 10, 1),
+        replicator("c3", 20, 2), replicator("c2", 40_000, 400))))  # c2 again: not read
+    assert ReportedUsage("g", "b1", R, 30, 3) in ledger.take(1.0).usage
+    payloads.waiting.append(info("b1", entry("g")))  # suppressed: the series stays, unchanged
+    assert ReportedUsage("g", "b1", R, 30, 3) in ledger.take(2.0).usage
+
+
+def test_unknown_fields_are_counted_named_once_per_take_and_never_fatal(caplog):
+    caplog.set_level(logging.INFO, logger="exporter.sources.brokerreports")
+    ledger, payloads = reports()
+    newer = with_entry_field(MASTER[0], field(8, network(5, 5))) + field(3, b"x")
+    payloads.waiting += [newer, newer, MASTER[1]]
+    view = ledger.take(1.0)
+    # each of the two copies: the report (field 3) and its entry (field 8)
+    assert view.unknown_fields == 4 and view.received == 3
+    assert dict(view.rejected) == {reason: 0 for reason in WireError}
+    assert ReportedUsage("rg-geo", B1, P, 2 * 12000 + 12500, 2 * 120 + 125) in view.usage
+    assert ReportedUsage("rg-geo", B1, R, 2 * 9000 + 6600, 2 * 90 + 66) in view.usage
+    lines = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].endswith("3: 2, 8: 2")
+    caplog.clear()
+    payloads.waiting.append(MASTER[1])
+    assert ledger.take(2.0).unknown_fields == 4  # cumulative; nothing new
+    assert "does not read" not in caplog.text
+
+
+def test_the_log_line_names_a_bounded_number_of_field_numbers(caplog):
+    caplog.set_level(logging.INFO, logger="exporter.sources.brokerreports")
+    ledger, payloads = reports()
+    payloads.waiting.append(info("b1", entry("g", *(field(n, 1) for n in range(100, 115)))))
+    view = ledger.take(1.0)
+    assert view.unknown_fields == 1
+    assert "100: 1, 101: 1" in caplog.text and "109: 1 and 5 more" in caplog.text
+    assert "110: 1" not in caplog.text
 
 
 def test_counts_only_grow_and_a_suppressed_class_still_has_its_series():

@@ -277,3 +277,111 @@ def test_increments_between_lists_the_states_in_force_in_a_window():
     assert between(4.0, 6.0) == {100, 75}
     assert between(20.0, 30.0) == {50}
     assert increments_between(history, "b2", "g", P, 1.0, 4.0) == frozenset({None})
+
+
+# --- replication (Pulsar master's ReplicationDispatch) ------------------------------------
+# Master keys each remote cluster apart (its own suppression, its own last value) and pools
+# every cluster without a per-cluster entry into one quota: computeLocalQuota(configured,
+# Σ over clusters of my value, [Σ over clusters and brokers]).
+R = MonitoringClass.REPLICATION_DISPATCH
+# replication: 200 msg/s and 2000 B/s; publish and dispatch: no limit
+REPLICATING = {"g": ResourceGroup("g", replication_dispatch=RateLimit(messages_per_second=200,
+                                                                      bytes_per_second=2000))}
+
+
+def replicated(broker: str, at: float, clusters: dict[str, int]) -> Report:
+    """A report with publish and dispatch at 0 and a `ReplicatorUsage` per remote cluster in
+    `clusters` (→ messages; bytes = 10 × messages); a cluster not there was left out."""
+    return Report(broker, at, (Entry("g", Counts(0, 0), Counts(0, 0), tuple(
+        (remote, Counts(10 * m, m)) for remote, m in clusters.items())),))
+
+
+def replication(splits: Splits, broker: str) -> Counts | None:
+    return quota(splits, broker, R).pulsar
+
+
+def test_replication_pools_remote_clusters_and_a_left_out_cluster_keeps_its_value():
+    e = engine()
+    e.accept(replicated("b1", 0.0, {"c2": 15, "c3": 10}))
+    e.accept(replicated("b2", 5.0, {"c2": 50, "c3": 25}))
+    s = e.splits(REPLICATING, 5.0)
+    # b1 15 + 10 = 25, b2 50 + 25 = 75: total 100 of 200, 100 left:
+    # b1 25 + 100 × 0.25 = 50, b2 75 + 100 × 0.75 = 150; bytes (250, 750 of 2000): 500, 1500
+    assert (replication(s, "b1"), replication(s, "b2")) == (Counts(500, 50), Counts(1500, 150))
+    e.accept(replicated("b1", 10.0, {"c2": 35}))  # c3 held back by its own suppression
+    s = e.splits(REPLICATING, 10.0)
+    # b1 35 + 10 (c3's last) = 45, b2 75: total 120, 80 left: b1 45 + 80 × 0.375 = 75,
+    # b2 75 + 80 × 0.625 = 125; bytes 450 + 800 × 0.375 = 750, 750 + 800 × 0.625 = 1250.
+    # (c3 read as 0: b1 35 of 110, 35 + 90 × 35/110 = 63.)
+    assert (replication(s, "b1"), replication(s, "b2")) == (Counts(750, 75), Counts(1250, 125))
+    e.accept(Report("b2", 15.0, (Entry("g"),)))  # owner only: every class and cluster kept
+    s = e.splits(REPLICATING, 15.0)
+    assert (replication(s, "b1"), replication(s, "b2")) == (Counts(750, 75), Counts(1250, 125))
+    assert quota(s, "b1", P).pulsar == Counts(-1, -1)  # publish: no limit, as before
+    # what b1's round adds to each remote cluster's calculated-quota series
+    assert quota(s, "b1", R).increment == Counts(750, 75)
+
+
+def test_a_remote_cluster_a_broker_running_before_us_never_reported_is_unknown():
+    e = engine()
+    e.accept(replicated("b1", 0.0, {"c2": 10}))
+    e.accept(replicated("b2", 5.0, {"c2": 10, "c3": 20}))
+    s = e.splits(REPLICATING, 5.0)
+    # b1 may have sent a c3 value before we listened, and every map may hold it
+    assert s.get("b1", "g", R) == Unknowable("g", R, "b1", Unknown.UNHEARD)
+    assert s.get("b2", "g", R) == Unknowable("g", R, "b2", Unknown.UNHEARD)
+    assert isinstance(s.get("b1", "g", P), Quota)  # publish is known all the same
+    e.accept(replicated("b1", 10.0, {"c3": 0}))  # the key it learnt from b2's report
+    # b1 10 + 0, b2 10 + 20: total 40, 160 left: b1 10 + 160 × 0.25 = 50, b2 30 + 120 = 150
+    s = e.splits(REPLICATING, 10.0)
+    assert (replication(s, "b1").messages, replication(s, "b2").messages) == (50, 150)
+
+
+def test_no_replication_split_without_a_limit_or_without_replication_heard():
+    e = engine()
+    e.accept(replicated("b1", 0.0, {"c2": 10}))
+    s = e.splits(GROUPS, 0.0)  # publish limited, replication not: Pulsar computes -1
+    assert isinstance(s.get("b1", "g", P), Quota) and s.get("b1", "g", R) is None
+    assert e.splits({}, 0.0).get("b1", "g", R) == Unknowable("g", R, "b1",
+                                                             Unknown.NOT_CONFIGURED)
+    one = {"g": ResourceGroup("g", replication_dispatch=RateLimit(messages_per_second=50))}
+    assert replication(e.splits(one, 0.0), "b1") == Counts(-1, 50)  # one dimension is enough
+    old = engine()
+    old.accept(used("b1", 0.0, 30))  # a 4.0.8 broker: no replication key, nothing computed
+    assert old.splits(REPLICATING, 0.0).get("b1", "g", R) is None
+    assert old.splits({}, 0.0).get("b1", "g", R) is None
+
+
+def test_the_first_entry_per_remote_cluster_counts_and_sums_wrap_as_longs():
+    e = engine()
+    e.accept(Report("b1", 0.0, (Entry("g", replication=(
+        ("c2", Counts(10, 1)), ("c2", Counts(9990, 999)))),)))
+    e.accept(replicated("b2", 1.0, {"c2": 3}))
+    # b1 1 (its first c2), b2 3: 1 + 196 × 0.25 = 50 and 3 + 196 × 0.75 = 150
+    s = e.splits(REPLICATING, 1.0)
+    assert (replication(s, "b1").messages, replication(s, "b2").messages) == (50, 150)
+    big = engine()
+    big.accept(Report("b1", 0.0, (Entry("g", replication=(
+        ("c2", Counts(1, 2**62)), ("c3", Counts(1, 2**62)))),)))
+    # 2**62 + 2**62 in a Java long is -2**63: computeLocalQuota refuses it, nothing added
+    q = quota(big.splits(REPLICATING, 0.0), "b1", R)
+    assert q.pulsar is None and q.increment == Counts(0, 0)
+
+
+def test_fair_pins_replication_to_its_pulsar_quota_as_publish_and_not_dispatch():
+    limit = RateLimit(messages_per_second=100, bytes_per_second=1000)
+    groups = {"g": ResourceGroup("g", publish=limit, dispatch=limit,
+                                 replication_dispatch=limit)}
+    e = engine(1.0)
+    e.accept(Report("b1", 0.0, (Entry("g", Counts(800, 80), Counts(800, 80),
+                                      (("c2", Counts(500, 50)), ("c3", Counts(300, 30)))),)))
+    e.accept(Report("b2", 0.5, (Entry("g", Counts(200, 20), Counts(200, 20),
+                                      (("c2", Counts(200, 20)), ("c3", Counts(0, 0)))),)))
+    s = e.splits(groups, 0.5)
+    # the same usages in each class: 80 (50 + 30 pooled) and 20; Pulsar keeps 80 / 20
+    assert replication(s, "b1") == Counts(800, 80) and replication(s, "b2") == Counts(200, 20)
+    # master's shared replication limiter runs at the pooled quota: pinned as publish is
+    # (test_fair_moves_the_80_20_case_pulsar_keeps: 80 / 25); dispatch (4.0.8) is not
+    assert quota(s, "b1", R).fair_messages == pytest.approx(quota(s, "b1", P).fair_messages)
+    assert quota(s, "b2", R).fair_messages == pytest.approx(25)
+    assert quota(s, "b2", D).fair_messages != pytest.approx(25)

@@ -29,7 +29,8 @@ SAMPLES = {s for m in CATALOGUE for s in m.sample_names}
 # Unit ids from Grafana's packages/grafana-data/src/valueFormats/categories.ts that we use;
 # `count:<text>` is Grafana's custom count unit (valueFormats.ts, getValueFormat).
 GRAFANA_UNITS = {"s", "bytes", "percentunit", "Bps", "short", "dateTimeAsIso"}
-REQUIRED_VARIABLES = {"datasource", "cluster", "tenant", "namespace", "topic", "resource_group"}
+REQUIRED_VARIABLES = {"datasource", "cluster", "tenant", "namespace", "topic", "resource_group",
+                      "monitoring_class"}
 
 
 def load(path: Path) -> dict:

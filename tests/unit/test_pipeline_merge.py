@@ -263,7 +263,7 @@ def test_stale_tables_count_no_malformed_lines_again():
 
 def test_resource_group_usage_namespace_binding_beats_tenant(fleet):
     groups = _by(fleet.resource_groups, "resource_group", "monitoring_class")
-    assert len(groups) == 2 * len(GROUPS)
+    assert len(groups) == 3 * len(GROUPS)
     # acme/critical is bound by name to `special`, not to its tenant's group
     special = groups["special", "publish"]
     assert (special["messages_total"], special["bytes_total"]) == (100, 1000)
@@ -278,21 +278,77 @@ def test_resource_group_usage_namespace_binding_beats_tenant(fleet):
     assert (idle["messages_total"], idle["namespaces"]) == (0, 0)
 
 
+# Apache Pulsar 4.0.8's replication series (TopicStats and NamespaceStatsAggregator print
+# `pulsar_replication_*` per remote cluster; names and labels read off the 4.0.8 broker jar)
+# on a geo-replicated topic of cluster c1 with two remote clusters, one partitioned topic
+# whose partitions are bound as their parent, and a namespace-level broker.
+GEO = r"""pulsar_in_messages_total{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/pay"} 100
+pulsar_in_bytes_total{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/pay"} 1000
+pulsar_replication_rate_out{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/pay",remote_cluster="c2"} 10.5
+pulsar_replication_rate_out{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/pay",remote_cluster="c3"} 2.5
+pulsar_replication_throughput_out{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/pay",remote_cluster="c2"} 1050
+pulsar_replication_throughput_out{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/pay",remote_cluster="c3"} 250
+pulsar_replication_backlog{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/pay",remote_cluster="c2"} 7
+pulsar_msg_backlog{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/pay",remote_cluster="local"} 3
+pulsar_in_messages_total{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/orders-partition-0"} 20
+pulsar_in_messages_total{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/orders-partition-1"} 30
+pulsar_replication_rate_out{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/orders-partition-1",remote_cluster="c2"} 4
+pulsar_in_messages_total{cluster="c1",namespace="geo/ns",topic="persistent://geo/ns/rest"} 5
+"""
+
+
+def test_replication_rates_are_summed_over_remote_clusters():
+    agg = merge([("http://c1/metrics", _tables(GEO))], {})
+    pay = _by(agg.topics, "topic")["persistent://geo/ns/pay"]
+    assert (pay["replication_rate_out"], pay["replication_throughput_out"]) == (13.0, 1300.0)
+    assert pay["msg_backlog"] == 3  # the local backlog, not a remote cluster's
+    assert _by(agg.topics, "topic")["persistent://geo/ns/rest"]["replication_rate_out"] is None
+    ns = _by(agg.namespaces, "namespace")["geo/ns"]
+    assert (ns["replication_rate_out"], ns["replication_throughput_out"]) == (17.0, 1300.0)
+
+
+def test_a_topic_binding_moves_the_topic_out_of_its_namespaces_group():
+    groups = {"wide": ResourceGroup("wide", namespaces=("geo/ns",)),
+              "pay": ResourceGroup("pay", topics=("persistent://geo/ns/pay",
+                                                  "persistent://geo/ns/orders"))}
+    agg = merge([("http://c1/metrics", _tables(GEO))], groups)
+    rows = _by(agg.resource_groups, "resource_group", "monitoring_class")
+    assert rows["pay", "publish"]["messages_total"] == 100 + 20 + 30  # partitions: their parent's
+    assert rows["pay", "publish"]["bytes_total"] == 1000
+    assert rows["wide", "publish"]["messages_total"] == 5  # only `rest` stays
+    assert (rows["pay", "publish"]["topics"], rows["wide", "publish"]["topics"]) == (3, 1)
+    assert rows["wide", "publish"]["namespaces"] == 1 and rows["pay", "publish"]["namespaces"] == 0
+    replication = rows["pay", "replication_dispatch"]
+    assert (replication["messages_per_second"], replication["bytes_per_second"]) == (17.0, 1300.0)
+    assert replication["messages_total"] is None
+    assert rows["wide", "replication_dispatch"]["messages_per_second"] == 0.0
+    # a topic bound to its namespace's own group counts once
+    same = merge([("http://c1/metrics", _tables(GEO))],
+                 {"wide": ResourceGroup("wide", namespaces=("geo/ns",),
+                                        topics=("persistent://geo/ns/pay",))})
+    assert _by(same.resource_groups, "resource_group", "monitoring_class")[
+        "wide", "publish"]["messages_total"] == 155
+
+
 def test_bindings_precedence_is_deterministic():
-    by_ns, by_tenant = bindings([
-        ResourceGroup("b", tenants=("t",), namespaces=("t/x",)),
-        ResourceGroup("a", tenants=("t",)),
+    by_ns, by_tenant, by_topic = bindings([
+        ResourceGroup("b", tenants=("t",), namespaces=("t/x",), topics=("persistent://t/x/y",)),
+        ResourceGroup("a", tenants=("t",), topics=("persistent://t/x/y",)),
     ])
     assert by_ns == {"t/x": "b"}
     assert by_tenant == {"t": "a"}  # named twice: the first group by name
+    assert by_topic == {"persistent://t/x/y": "a"}
 
 
 def test_no_broker_data_at_all():
     agg = merge([], {"g": ResourceGroup("g", tenants=("t",))})
     assert agg.topics.num_rows == 0 and agg.brokers.num_rows == 0
-    assert agg.resource_groups.to_pylist() == [
-        {"resource_group": "g", "monitoring_class": c, "messages_total": 0.0,
-         "bytes_total": 0.0, "namespaces": 0, "topics": 0} for c in ("dispatch", "publish")]
+    counted = [{"resource_group": "g", "monitoring_class": c, "messages_total": 0.0,
+                "bytes_total": 0.0, "messages_per_second": None, "bytes_per_second": None,
+                "namespaces": 0, "topics": 0} for c in ("dispatch", "publish")]
+    rated = {**counted[0], "monitoring_class": "replication_dispatch", "messages_total": None,
+             "bytes_total": None, "messages_per_second": 0.0, "bytes_per_second": 0.0}
+    assert agg.resource_groups.to_pylist() == [*counted, rated]
     assert isinstance(Aggregates.empty(), Aggregates)
 
 

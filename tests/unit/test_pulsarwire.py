@@ -1,14 +1,20 @@
 """The brokers' PIP-82 reports (`ResourceUsageInfo`), decoded: payloads recorded from an
-Apache Pulsar 4.0.8 broker, and hand-built ones for what a broker never sends."""
+Apache Pulsar 4.0.8 broker, payloads protobuf's own runtime encoded from Pulsar master's
+`ResourceUsage.proto` (replication; tests/fixtures/SOURCES.md), and hand-built ones for what
+a broker never sends."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from exporter.transport.pulsarwire import (
     MAX_PAYLOAD,
+    BrokerUsageReport,
     GroupUsage,
     NetworkUsage,
+    ReplicatorUsage,
     Undecodable,
     WireError,
     decode,
@@ -16,9 +22,25 @@ from exporter.transport.pulsarwire import (
 from tests.harness.fixtures import FIXTURES
 from tests.harness.resource_usage_info import entry, field, info, network
 
-RECORDED = [bytes.fromhex(line) for line in
-            (FIXTURES / "apache-pulsar-4.0.8-resource-usage-reports.hex").read_text()
-            .splitlines() if line and not line.startswith("#")]
+
+def payloads(name: str) -> list[bytes]:
+    return [bytes.fromhex(line) for line in (FIXTURES / name).read_text().splitlines()
+            if line and not line.startswith("#")]
+
+
+RECORDED = payloads("apache-pulsar-4.0.8-resource-usage-reports.hex")
+MASTER = payloads("apache-pulsar-master-17548093-resource-usage-reports.hex")
+B1, B2 = "pulsar://127.0.0.1:6650", "pulsar://127.0.0.2:6650"
+
+
+def with_entry_field(payload: bytes, extra: bytes) -> bytes:
+    """`payload` (a broker URL, then one usageMap entry, as the master fixture's first) with
+    `extra` appended inside its entry: a field no proto of Pulsar's has cannot come from
+    protobuf's runtime, so it is added here, to bytes that did."""
+    size = payload[1]  # the broker URL: one length byte (under 128)
+    head, rest = payload[:2 + size], payload[2 + size:]
+    assert rest[0] == 0x12 and rest[1] < 0x80 and len(rest) == 2 + rest[1]  # field 2, one entry
+    return head + field(2, rest[2:] + extra)
 
 
 def test_recorded_reports_decode_and_sum_to_what_the_broker_counted():
@@ -35,13 +57,62 @@ def test_recorded_reports_decode_and_sum_to_what_the_broker_counted():
     assert first.publish == NetworkUsage(0, 0) and first.dispatch == NetworkUsage(0, 0)
 
 
+def test_recorded_4_0_8_reports_decode_exactly_with_no_replication_and_nothing_unknown():
+    p = NetworkUsage
+    assert [r.usage for r in map(decode, RECORDED)] == [(GroupUsage("rg-a", *u),) for u in (
+        (p(0, 0), p(0, 0)), (p(14310, 106),), (p(18338, 135),), (), (p(19992, 147),), (),
+        (None, p(0, 0)), (), (), (p(20264, 149),))]
+    assert all(r.unknown_fields == () for r in map(decode, RECORDED))
+
+
+def test_master_reports_decode_to_what_protobuf_encoded():
+    p = NetworkUsage
+    assert [decode(payload) for payload in MASTER] == [
+        BrokerUsageReport(B1, (GroupUsage("rg-geo", p(12000, 120), p(24000, 240), replicators=(
+            ReplicatorUsage("c1", "c2", p(6000, 60)), ReplicatorUsage("c1", "c3", p(3000, 30)))),)),
+        # c3 left out: suppressed this round
+        BrokerUsageReport(B1, (GroupUsage("rg-geo", p(12500, 125), p(25000, 250), replicators=(
+            ReplicatorUsage("c1", "c2", p(6600, 66)),)),)),
+        BrokerUsageReport(B1, (GroupUsage("rg-geo"),)),  # everything suppressed
+        BrokerUsageReport(B2, (
+            GroupUsage("rg-geo", p(2000, 20),
+                       replicators=(ReplicatorUsage("c1", "c2", p(1000, 10)),)),
+            GroupUsage("rg-local", p(500, 5)))),
+        # as the intermediate upstream version wrote the class: field 6, no replicator
+        BrokerUsageReport(B1, (GroupUsage("rg-geo", replication_dispatch=p(9000, 90)),)),
+    ]
+
+
+def test_a_field_newer_than_us_is_kept_by_number_and_the_rest_still_read():
+    newer = with_entry_field(MASTER[0], field(8, network(5, 5)))  # "a class newer than us"
+    newer += field(3, b"x") + b"\x4d" + bytes(4)  # ResourceUsageInfo: 3, fixed32 field 9
+    report, original = decode(newer), decode(MASTER[0])
+    assert report.unknown_fields == (3, 9)
+    assert report.usage == (replace(original.usage[0], unknown_fields=(8,)),)
+    # field 5 is not in the proto either (a hole in the numbering); numbers once each
+    assert decode(with_entry_field(MASTER[2], field(5, 1) + field(8, 2) + field(5, 3))
+                  ).usage[0].unknown_fields == (5, 8)
+    # an unknown field's content is never read: here it would be a cut varint
+    assert decode(info("b", entry("g", field(8, b"\x0a")))).usage == (
+        GroupUsage("g", unknown_fields=(8,)),)
+
+
+def test_the_first_replicator_per_remote_cluster_is_the_one_read():
+    usage = decode(info("b", entry("g", *(field(7, field(1, b"c1") + field(2, remote)
+                                                     + field(3, network(n, n)))
+                                            for remote, n in ((b"c2", 1), (b"c3", 2),
+                                                              (b"c2", 3)))))).usage[0]
+    assert [r.usage.bytes for r in usage.replicators] == [1, 2, 3]  # all decoded, in order
+    assert usage.by_remote_cluster() == {"c2": NetworkUsage(1, 1), "c3": NetworkUsage(2, 2)}
+
+
 def test_a_suppressed_round_is_an_entry_with_its_owner_only():
     suppressed = [r.usage[0] for r in map(decode, RECORDED)
                   if r.usage[0].publish is None and r.usage[0].dispatch is None]
     assert suppressed and all(u == GroupUsage("rg-a") for u in suppressed)
 
 
-def test_several_groups_storage_and_fields_a_newer_broker_adds():
+def test_several_groups_storage_replication_and_fields_a_newer_broker_adds():
     replicator = field(1, b"east") + field(2, b"west") + field(3, network(9, 1))
     payload = info(
         "pulsar://b:6650",
@@ -52,8 +123,9 @@ def test_several_groups_storage_and_fields_a_newer_broker_adds():
     report = decode(payload)
     assert report.broker == "pulsar://b:6650"
     assert report.usage == (
-        GroupUsage("g1", NetworkUsage(1000, 10), NetworkUsage(20, 2), 5_000_000_000),
-        GroupUsage("g2"))
+        GroupUsage("g1", NetworkUsage(1000, 10), NetworkUsage(20, 2), 5_000_000_000,
+                   replicators=(ReplicatorUsage("east", "west", NetworkUsage(9, 1)),)),
+        GroupUsage("g2", replication_dispatch=NetworkUsage(1, 1), unknown_fields=(8, 9)))
 
 
 def test_an_empty_report_has_no_usage():
@@ -76,6 +148,20 @@ def test_an_empty_report_has_no_usage():
     (info("b", entry("g", field(2, 5))), WireError.MALFORMED, "publish has the wrong type"),
     (b"\x0d\x01", WireError.TRUNCATED, "field 1 is cut"),
     (b"our own JSON report {}", WireError.MALFORMED, ""),
+    # master's ReplicatorUsage: all three fields required, as NetworkUsage's two
+    (info("b", entry("g", field(7, field(1, b"c1") + field(2, b"c2")))),
+     WireError.MISSING_FIELDS, "no networkUsage"),
+    (info("b", entry("g", field(7, field(1, b"c1") + field(3, network(1, 1))))),
+     WireError.MISSING_FIELDS, "no remoteCluster"),
+    (info("b", entry("g", field(7, field(2, b"c2") + field(3, network(1, 1))))),
+     WireError.MISSING_FIELDS, "no localCluster"),
+    (info("b", entry("g", field(7, field(1, b"c1") + field(2, b"c2") + field(3, field(1, 5))))),
+     WireError.MISSING_FIELDS, "'c2': no messagesPerPeriod"),
+    (info("b", entry("g", field(7, field(1, b"c1") + field(2, b"\xff") + field(3, network(1, 1))))),
+     WireError.MALFORMED, "not UTF-8"),
+    (info("b", entry("g", field(7, 4))), WireError.MALFORMED, "replicator is not a message"),
+    (info("b", entry("g", field(6, 4))), WireError.MALFORMED, "replicationDispatch has the wrong"),
+    (info("b", entry("g", field(6, field(2, 1)))), WireError.MISSING_FIELDS, "no bytesPerPeriod"),
 ])
 def test_what_does_not_decode_says_why(payload: bytes, reason: WireError, says: str):
     with pytest.raises(Undecodable) as caught:

@@ -23,6 +23,7 @@ from exporter.transport.codec import (
 from exporter.transport.decoder import decode
 
 PUB, DIS = MonitoringClass.PUBLISH, MonitoringClass.DISPATCH
+REP = MonitoringClass.REPLICATION_DISPATCH
 SETTINGS = settings(max_examples=200, deadline=None)
 
 
@@ -45,7 +46,8 @@ def header(participant: bytes = b"b1", *, flags: int = 0, sequence: int = 5,
 
 
 def group(shared: int, suffix: bytes, bits: int, *values: int) -> bytes:
-    return varint(shared) + varint(len(suffix)) + suffix + bytes((bits,)) + b"".join(
+    """Version 1's class byte or version 2's class varint: the same bytes below 0x80."""
+    return varint(shared) + varint(len(suffix)) + suffix + varint(bits) + b"".join(
         varint(v) for v in values)
 
 
@@ -70,7 +72,7 @@ limits = st.one_of(st.none(), st.builds(Rates, limit_value, limit_value))
 @st.composite
 def reports(draw: st.DrawFn) -> WireReport:
     goodbye = draw(st.booleans())
-    keys = [] if goodbye else draw(st.lists(st.tuples(names, st.sampled_from([PUB, DIS])),
+    keys = [] if goodbye else draw(st.lists(st.tuples(names, st.sampled_from([PUB, DIS, REP])),
                                             max_size=12, unique=True))
     entries = tuple(Entry(rg, cls, draw(st.builds(Rates, rates, rates)), draw(limits))
                     for rg, cls in keys)
@@ -230,6 +232,31 @@ def test_limit_bits_say_which_dimension_is_limited() -> None:
     assert decoded.entries[0].limit == Rates(math.inf, 7.0)
 
 
+def test_a_replication_entry_makes_it_version_2_with_a_class_varint() -> None:
+    report = WireReport("b1", 5, 1.5, (
+        Entry("rg", PUB, Rates(1, 10), None),
+        Entry("rg", REP, Rates(2, 3), Rates(4, math.inf)),
+    ))
+    # publish present (bit 0); replication present (bit 6) with a message limit (bit 7):
+    # 0xC1, two varint bytes
+    expected = header(version=2) + b"\x01" + varint(0) + varint(2) + b"rg" + b"\xc1\x01" + \
+        b"".join(varint(v) for v in (1000, 10, 2000, 3, 4000))
+    assert encode(report) == expected
+    assert decode(expected) == report
+    without = WireReport("b1", 5, 1.5, report.entries[:1])
+    assert encode(without)[1] == 1  # an older peer still reads a report with no replication
+
+
+def test_two_encodings_of_one_report_are_refused() -> None:
+    # version 2 for a report version 1 carries, and replication bits in a version 1 byte
+    assert reject(header(version=2) + b"\x01" + group(0, b"rg", 0x01, 1, 1)) \
+        is WireReject.MALFORMED
+    assert reject(header() + b"\x01" + group(0, b"rg", 0x40, 1, 1)) is WireReject.MALFORMED
+    # a class varint in its shortest form only (0x01 written in two bytes)
+    assert reject(header(version=2) + b"\x01" + varint(0) + varint(2) + b"rg" + b"\xc1\x00"
+                  + b"\x01\x01\x01\x01") is WireReject.MALFORMED
+
+
 def test_goodbye_is_a_flag_with_no_entries() -> None:
     payload = encode(WireReport("b1", 5, 1.5, (), goodbye=True))
     assert payload == header(flags=1) + b"\x00"
@@ -275,7 +302,7 @@ def test_truncated(payload: bytes) -> None:
     assert reject(payload) is WireReject.TRUNCATED
 
 
-@pytest.mark.parametrize("version", [0, 2, 255])
+@pytest.mark.parametrize("version", [0, 3, 255])
 def test_unknown_version(version: int) -> None:
     assert reject(header(version=version) + b"\x00") is WireReject.UNKNOWN_VERSION
     assert reject(bytes((0xB7, version))) is WireReject.UNKNOWN_VERSION
