@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import dataclasses
 
         from exporter.config.reload import ConfigFile
-        from exporter.runtime.serve import run
+        from exporter.pipeline.session import start_in_background
 
         def adjust(config):
             if not args.listen:
@@ -106,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         config = adjust(_load_or_exit(args.config, args.expand_env))
         logs.setup(args.log_level, args.log_format)
+        start_in_background(config.spark)  # beside the imports below
+        from exporter.runtime.serve import run
+
         return run(config, config_file=ConfigFile(args.config, config, adjust,
                                                   expand=args.expand_env),
                    recorder=_recorder(args))

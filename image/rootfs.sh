@@ -36,6 +36,12 @@ if [ ! -x "$root$venv/bin/pulsar-quota-exporter" ]; then
     chroot "$root" env -i PATH=/usr/bin:/bin HOME=/root "$venv/bin/pip" install -q \
         --no-index --find-links /wheel pulsar-quota-exporter >"$work/pip.log" 2>&1
     rm -rf "$root/wheel" "$root/etc/resolv.conf" "$root/var/lib/apt/lists"/*
+    echo "== Spark's class-data archive, as the Dockerfile makes it"
+    unshare -m --propagation private sh -c "
+        mount -t proc proc '$root/proc'
+        chroot '$root' env -i PATH=$venv/bin:/usr/bin:/bin HOME=/tmp \
+            XDG_CACHE_HOME=$venv/cache sh -c 'path=\$(python -c \"from exporter.pipeline.jvmarchive import archive_path; print(archive_path())\") && mkdir -p \$(dirname \$path) && python -m exporter.pipeline.jvmarchive \$path && test -s \$path'" \
+        >"$work/archive.log" 2>&1
 fi
 touch "$root/etc/hosts"  # a mount point: the runtime provides the file (as for a container)
 echo "== root filesystem: $(du -sh --exclude=proc "$root" | cut -f1)"
@@ -82,7 +88,7 @@ unshare -m --propagation private sh -c "
     ln -s /proc/self/fd '$root/dev/fd'  # as a container runtime provides (spark-class uses it)
     mount --bind /etc/hosts '$root/etc/hosts'  # the runtime's: Spark resolves its host name
     mkdir -p '$root/tmp/etc' && cp '$work/etc/config.yaml' '$root/tmp/etc/config.yaml'
-    chroot --userspec=65534:65534 '$root' env -i PATH=$venv/bin:/usr/bin:/bin HOME=/tmp TMPDIR=/tmp \
+    chroot --userspec=65534:65534 '$root' env -i PATH=$venv/bin:/usr/bin:/bin HOME=/tmp TMPDIR=/tmp XDG_CACHE_HOME=$venv/cache \
         SPARK_LOCAL_DIRS=/tmp PYSPARK_PYTHON=$venv/bin/python sh -c '
         echo \"uid: \$(id -u):\$(id -g)\"
         if touch /probe 2>/dev/null; then echo \"root filesystem: WRITABLE\"; exit 1; fi

@@ -20,7 +20,6 @@ from pathlib import Path
 from exporter.config.load import load
 from exporter.config.model import Config
 from exporter.demo.embedded import EmbeddedBroker
-from exporter.runtime.cycle import Exporter
 
 # Package data, beside this module in a checkout and in an installed wheel alike.
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "data" / "demo.yaml"  # package data
@@ -77,6 +76,8 @@ def summary(report) -> str:
 def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> int:
     """Run until `duration` or Ctrl-C. 1 when no cycle produced decisions: a demo whose
     every cycle failed must not look like one that worked."""
+    from exporter.pipeline import jvmarchive
+    from exporter.pipeline.session import start_in_background
     from exporter.pipeline.session import stop as stop_spark
     from exporter.runtime.scheduler import Scheduler
     from exporter.server.http import build_server
@@ -84,6 +85,9 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = load(config_path)
+    start_in_background(config.spark)  # beside the broker's start and the imports below
+    from exporter.runtime.cycle import Exporter
+
     service_port, metrics_port = _ports(config)
     stop = threading.Event()
     with EmbeddedBroker.start_new(service_port, metrics_port) as broker:
@@ -94,7 +98,8 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
         server = build_server(config.exposition.listen, exporter.state,
                               load_web_config(config.exposition)).start()
         print(f"exporter {server.url}/metrics   status {server.url}/api/v1/status")
-        print("starting Spark (about 10 s) ... Ctrl-C to stop\n", flush=True)
+        print("starting Spark (about 10 s; the first time on a machine, 20 s) ... Ctrl-C to "
+              "stop\n", flush=True)
 
         decided = 0
 
@@ -107,7 +112,9 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
             decided += 1
             print(summary(report) + "\n", flush=True)
 
-        scheduler = Scheduler(config.check_interval, cycle, exporter.skipped)
+        scheduler = Scheduler(config.check_interval,
+                              jvmarchive.after_first(cycle, config.spark.master),
+                              exporter.skipped)
         if duration is not None:
             threading.Timer(duration, scheduler.stop).start()
         try:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from exporter.config.model import Config
 from exporter.config.reload import ConfigFile
+from exporter.pipeline import jvmarchive
 from exporter.record.store import Recorder
 from exporter.runtime.cycle import Exporter
 from exporter.server.http import build_server
@@ -44,7 +45,9 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
     exporter = Exporter(config, config_file=config_file, participate=True, recorder=recorder)
     server = build_server(config.exposition.listen, exporter.state,
                           load_web_config(config.exposition)).start()
-    scheduler = Scheduler(config.check_interval, exporter.cycle, exporter.skipped)
+    scheduler = Scheduler(config.check_interval,
+                          jvmarchive.after_first(exporter.cycle, config.spark.master),
+                          exporter.skipped)
     def stopping(*_: object) -> None:
         scheduler.stop()
         # off the signal handler: cancelling talks to the JVM over py4j

@@ -8,7 +8,9 @@ import zipfile
 from pyspark.sql.functions import udf
 
 from exporter.config.model import Spark
+from exporter.pipeline import jvmarchive
 from exporter.pipeline.session import (
+    JVM_OPTIONS,
     get_session,
     keeping_sigint_handler,
     local_cores,
@@ -88,6 +90,32 @@ def test_the_running_session_uses_this_interpreter_for_its_workers():
     assert spark.conf.get("spark.pyspark.python") == sys.executable
     where = udf(lambda _: sys.executable, useArrow=False)
     assert spark.range(1).select(where("id")).first()[0] == sys.executable
+
+
+def test_local_workers_import_the_installed_pyspark_not_its_zip():
+    spark = get_session(Spark(master="local[2]"))
+    assert spark.conf.get("spark.python.daemon.module") == "exporter.pipeline.daemon"
+    import pyspark
+
+    where = udf(lambda _: __import__("pyspark").__file__, useArrow=False)
+    seen = spark.range(1).select(where("id")).first()[0]
+    assert seen == pyspark.__file__ and ".zip" not in seen
+
+
+def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    options = session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"]
+    assert options == JVM_OPTIONS and "-Xms32m" in options  # no archive yet
+    archive = jvmarchive.archive_path()
+    assert archive.parent == tmp_path / "pulsar-quota-exporter"
+    archive.parent.mkdir()
+    archive.write_bytes(b"made")
+    options = session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"]
+    assert options == f"{JVM_OPTIONS} -XX:SharedArchiveFile={archive} -Xlog:cds=off " \
+                      "-Xlog:cds+dynamic=off"
+    assert "spark.driver.extraJavaOptions" not in session_conf(Spark(master="spark://m:7077"))
+    mine = session_conf(Spark(master="local[2]", conf={"spark.driver.extraJavaOptions": "-X"}))
+    assert mine["spark.driver.extraJavaOptions"] == "-X"  # the operator's, whole
 
 
 def test_starting_the_session_leaves_the_sigint_handler_alone():

@@ -1,0 +1,45 @@
+"""The local Spark JVM's class-data archive (pipeline/jvmarchive.py), made and used for real:
+the maker writes it under the cache directory, and a later session's JVM maps it. The JVM
+is told `-Xshare:on`, with which an archive it cannot use (another JDK, another class
+path, a truncated file) stops the JVM instead of being ignored, so the job only runs if
+the archive was good."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+STARTED_WITH_IT = textwrap.dedent("""
+    import sys
+    from exporter.config.model import Spark
+    from exporter.pipeline import jvmarchive, session
+    path = jvmarchive.archive_path()
+    options = session.session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={path}" in options, options
+    spark = session.get_session(Spark(master="local[2]", conf={
+        "spark.driver.extraJavaOptions": options + " -Xshare:on"}))
+    print(spark.range(5).count())
+    session.stop()
+""")
+
+
+def test_the_archive_is_made_once_then_mapped_by_the_next_jvm(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    where = subprocess.run([sys.executable, "-c", "from exporter.pipeline import jvmarchive;"
+                            "print(jvmarchive.archive_path())"], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    archive = Path(where)
+    assert archive.parent == tmp_path / "pulsar-quota-exporter"
+    archive.parent.mkdir(parents=True)
+    made = subprocess.run([sys.executable, "-m", "exporter.pipeline.jvmarchive", where],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert archive.stat().st_size > 10 << 20  # Spark's classes: ~150 MB measured
+    assert list(archive.parent.iterdir()) == [archive]  # no partial file left behind
+    used = subprocess.run([sys.executable, "-c", STARTED_WITH_IT], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert used.returncode == 0, used.stderr[-2000:]
+    assert used.stdout.strip().splitlines()[-1] == "5"
