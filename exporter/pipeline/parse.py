@@ -162,8 +162,9 @@ def parse_text(data: bytes | memoryview) -> Parsed:
     unreadable = pc.invert(pc.or_(pc.match_substring_regex(other, _COMMENT_OR_BLANK),
                                   pc.match_substring_regex(other, _ANY_SAMPLE)))
     candidates = lines.filter(read)
-    valid = pc.and_(pc.match_substring_regex(candidates, SAMPLE_LINE),
-                    pc.invert(pc.match_substring_regex(candidates, _PLACEHOLDERS)))
+    valid = pc.match_substring_regex(candidates, SAMPLE_LINE)
+    if (np.frombuffer(data, np.uint8) < 4).any():  # a placeholder byte somewhere: which lines
+        valid = pc.and_(valid, pc.invert(pc.match_substring_regex(candidates, _PLACEHOLDERS)))
     syntax = pc.sum(unreadable).as_py() or 0
     syntax += len(candidates) - (pc.sum(valid).as_py() or 0)
     good = candidates.filter(valid)
@@ -200,10 +201,27 @@ def _cut(good: pa.LargeStringArray) -> tuple[pa.Table, int]:
     names = slices.distinct(data, start, name_end)
     family = pc.take(pc.index_in(names.dictionary, pa.array(FAMILIES, _S)), names.indices)
     values = pc.cast(slices.views(data, value_start, value_end), pa.float64())
-    labels, duplicate = _labels(data, off, brace, np.where(braced, last_close, brace), escaped)
+    labels, duplicate = _labels_per_set(data, brace, last_close, braced, escaped)
     table = pa.table({"family": family.cast(pa.int32()), "value": values, **labels},
                      schema=SAMPLES)
     return table.filter(pa.array(~duplicate)), int(duplicate.sum())
+
+
+def _labels_per_set(data: np.ndarray, brace: np.ndarray, close: np.ndarray,
+                    braced: np.ndarray, escaped: bool) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """`_labels` of each line, worked out once per distinct label set: a broker prints the
+    same set on every series of an entity (~30 families per topic), so a body has a few
+    sets per topic, not one per sample. The sets are the lines' `{…}` slices, dictionary-
+    encoded; each line takes its set's labels by index (none without a set)."""
+    sets = slices.distinct(data, brace, close + 1, braced)
+    set_off, set_data = slices.buffers(sets.dictionary)
+    columns, duplicate = _labels(set_data, set_off, set_off[:-1], set_off[1:] - 1, escaped)
+    which = sets.indices
+    per_line = {label: pa.DictionaryArray.from_arrays(pc.take(column.indices, which),
+                                                      column.dictionary)
+                for label, column in columns.items()}
+    index = which.fill_null(0).to_numpy(zero_copy_only=False)
+    return per_line, braced & duplicate[index] if len(duplicate) else np.zeros(len(brace), bool)
 
 
 def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndarray,
@@ -319,14 +337,25 @@ def entity_samples(samples: pa.Table) -> pa.Table:
     "local": `pulsar_msg_backlog` per remote cluster) are left out, uncounted; a `level`
     column is added."""
     own = pc.and_(samples["consumer_name"].is_null(), samples["consumer_id"].is_null())
-    local = pc.or_(pc.fill_null(pc.equal(samples["remote_cluster"], "local"), True),
+    local = pc.or_(pc.fill_null(_on_values(samples["remote_cluster"],
+                                           lambda v: pc.equal(v, "local")), True),
                    pc.is_in(samples["family"], _REPLICATION_CODES))
     kept = samples.filter(pc.and_(own, local))
     level = level_of(kept)
     return kept.append_column("level", level).filter(level.is_valid())
 
 
+def _on_values(column: pa.Array | pa.ChunkedArray, fn) -> pa.Array:
+    """`fn` of each value of a dictionary-encoded (or plain) column, computed once per
+    distinct value."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not pa.types.is_dictionary(column.type):
+        return fn(column)
+    return pc.take(fn(column.dictionary), column.indices)
+
+
 def unkeyed(samples: pa.Table) -> int:
     """Samples whose short topic name has no namespace to complete it."""
-    short = pc.invert(pc.match_substring(samples["topic"], "://"))
+    short = pc.invert(_on_values(samples["topic"], lambda v: pc.match_substring(v, "://")))
     return pc.sum(pc.and_(short, samples["namespace"].is_null())).as_py() or 0

@@ -147,9 +147,13 @@ def source_tables(parts: Sequence[Parsed], rule: TopicFilter = KEEP_ALL) -> Sour
 
 
 def _decoded(samples: pa.Table) -> pa.Table:
-    """Dictionary columns (per chunk, each its own dictionary) as plain strings."""
-    columns = [c.cast(_S) if pa.types.is_dictionary(c.type) else c for c in samples.columns]
-    return pa.table(columns, names=samples.column_names).combine_chunks()
+    """One dictionary per label column for the whole body (each chunk comes with its own),
+    kept: filters and groupings then move indices, and label values are copied per entity
+    once grouped (`_pivot`), not per sample. `cluster` as plain strings: Arrow's hash
+    aggregates take no dictionary."""
+    samples = samples.unify_dictionaries().combine_chunks()
+    i = samples.schema.get_field_index("cluster")
+    return samples.set_column(i, "cluster", samples["cluster"].cast(_S))
 
 
 def _level(samples: pa.Table, level: Level) -> pa.Table:
@@ -175,7 +179,9 @@ def _pivot(samples: pa.Table, keys: Sequence[str], families: Mapping[str, str]) 
         table = table.append_column("_all", pa.array([0] * len(table), pa.int8()))
     grouped = table.group_by(list(keys) or ["_all"], use_threads=False).aggregate(
         [(c, "sum" if c in REPLICATION_COLUMNS else "max") for c in ("cluster", *names)])
-    return grouped.rename_columns([_unsuffixed(n) for n in grouped.column_names])
+    grouped = grouped.rename_columns([_unsuffixed(n) for n in grouped.column_names])
+    return pa.table([c.cast(_S) if pa.types.is_dictionary(c.type) else c
+                     for c in grouped.columns], names=grouped.column_names)
 
 
 def _unsuffixed(name: str) -> str:
@@ -190,7 +196,9 @@ def _keyed(table: pa.Table, keys: Sequence[str], values: Sequence[str]) -> pa.Ta
     then rows that name the same entity merged (max). Rows without a key are dropped
     (counted as unkeyed_topic already)."""
     key = topic_key(table["topic"], table["namespace"], table["partition"])
-    namespace = pc.coalesce(table["namespace"], namespace_of(key))
+    namespace = table["namespace"]
+    if namespace.null_count:  # Pulsar labels every topic series with it: rarely needed
+        namespace = pc.coalesce(namespace, namespace_of(key))
     table = table.set_column(table.schema.get_field_index("topic"), "topic", key)
     table = table.set_column(table.schema.get_field_index("namespace"), "namespace", namespace)
     table = table.filter(key.is_valid())
