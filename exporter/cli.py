@@ -106,12 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         config = adjust(_load_or_exit(args.config, args.expand_env))
         logs.setup(args.log_level, args.log_format)
+        recorder = _recorder(args)  # a bad flag exits 2 before anything starts
         start_in_background(config.spark)  # beside the imports below
         from exporter.runtime.serve import run
 
         return run(config, config_file=ConfigFile(args.config, config, adjust,
-                                                  expand=args.expand_env),
-                   recorder=_recorder(args))
+                                                  expand=args.expand_env), recorder=recorder)
     if args.command == "check":
         return _check(args)
     if args.command == "replay":

@@ -11,8 +11,12 @@ uses it. Making it at the first start instead would slow that start (16 s measur
 
 Where: `$XDG_CACHE_HOME/pulsar-quota-exporter/` (else `~/.cache/...`), one file per JDK
 and PySpark (the name says which). A container image makes it at build time (Dockerfile)
-and points `XDG_CACHE_HOME` there. A JVM that finds the archive unusable (another JDK
-build, a changed class path) just starts without it: the flag costs nothing then.
+and points `XDG_CACHE_HOME` there. A JVM that finds the archive mismatched (another JDK
+build, a changed class path) just starts without it. A truncated archive is worse: the JDK
+17 JVM maps it and dies of SIGBUS (measured). So an archive is used only once a JVM has
+started from it (`-Xshare:on`, in a process of its own) and only at the size it had then
+(a `.size` stamp beside it); and a session that will not start with it starts without it,
+the archive set aside (session.py).
 """
 
 from __future__ import annotations
@@ -56,10 +60,28 @@ def use_flags(path: Path) -> str:
     return f"-XX:SharedArchiveFile={path} -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
+def _stamp(path: Path) -> Path:
+    return path.with_name(path.name + ".size")
+
+
+def usable(path: Path) -> bool:
+    """A verified archive, whole: at the size a JVM started from it."""
+    try:
+        return path.stat().st_size == int(_stamp(path).read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def set_aside(path: Path) -> None:
+    """A JVM would not start from `path`: out of the way (made again after a cycle)."""
+    for p in (path, _stamp(path)):
+        p.unlink(missing_ok=True)
+
+
 def make_in_background() -> subprocess.Popen[bytes] | None:
     """Start making the archive, unless it exists or is being made; the child, or None."""
     path = archive_path()
-    if path.exists() or any(time.time() - p.stat().st_mtime < MAKING_SECONDS
+    if usable(path) or any(time.time() - p.stat().st_mtime < MAKING_SECONDS
                             for p in path.parent.glob(path.name + ".*.tmp")):
         return None
     try:
@@ -108,15 +130,41 @@ def make(path: Path) -> None:
             yield pa.RecordBatch.from_arrays([batch.column(0)], names=["id"])
 
     spark.range(0, 4, 1, 2).mapInArrow(echo, "id long").toArrow()
-    process = spark.sparkContext._gateway.proc  # pyspark's launch_gateway keeps it
+    gateway = spark.sparkContext._gateway  # set by the session's start
+    assert gateway is not None
+    process = gateway.proc  # pyspark's launch_gateway keeps it
     session.stop()
     process.stdin.close()  # the gateway JVM exits when its stdin closes, writing the archive
     process.wait(MAKING_SECONDS)
-    if process.returncode == 0 and partial.exists() and partial.stat().st_size > 0:
+    if process.returncode != 0 or not partial.exists():
+        return
+    size = partial.stat().st_size
+    check = subprocess.run([sys.executable, "-m", "exporter.pipeline.jvmarchive", "--verify",
+                            str(partial)], stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=MAKING_SECONDS)
+    if check.returncode == 0 and partial.stat().st_size == size:
+        _stamp(path).write_text(str(size))
         partial.replace(path)
 
 
+def verify(path: Path) -> None:
+    """Start a JVM from `path` with `-Xshare:on` (it refuses, or dies, on an archive it
+    cannot use) and run a job; raises if it does not."""
+    from exporter.config.model import Spark
+    from exporter.pipeline import session
+
+    options = f"{session.JVM_OPTIONS} {use_flags(path)} -Xshare:on"
+    spark = session.get_session(Spark(master="local[1]", conf={
+        "spark.driver.extraJavaOptions": options}))
+    if spark.range(3).count() != 3:
+        raise RuntimeError("a session from the archive ran a job wrong")
+    session.stop()
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--verify":
+        verify(Path(sys.argv[2]))
+        sys.exit(0)
     target = Path(sys.argv[1])
     try:
         make(target)

@@ -98,7 +98,7 @@ def session_conf(cfg: Spark) -> dict[str, str]:
         conf["spark.python.daemon.module"] = "exporter.pipeline.daemon"
         archive = jvmarchive.archive_path()
         conf["spark.driver.extraJavaOptions"] = JVM_OPTIONS + (
-            " " + jvmarchive.use_flags(archive) if archive.exists() else "")
+            " " + jvmarchive.use_flags(archive) if jvmarchive.usable(archive) else "")
     conf.update({str(k): str(v) for k, v in sorted(cfg.conf.items())})
     return conf
 
@@ -118,12 +118,29 @@ def get_session(cfg: Spark) -> SparkSession:
                 # only (SparkContext.pythonExec); the conf key alone is not read.
                 os.environ["PYSPARK_PYTHON"] = conf[PYTHON_KEY]
             with keeping_sigint_handler():
-                _session = builder.getOrCreate()
-            _session.sparkContext.setLogLevel(_session.conf.get("spark.log.level", "ERROR"))
+                _session = _started(builder, conf)
+            level = _session.conf.get("spark.log.level", "ERROR")  # str | None to its stubs
+            _session.sparkContext.setLogLevel(level or "ERROR")
             if local_cores(cfg.master) is None:
                 _session.sparkContext.addPyFile(package_zip())
             atexit.register(stop)
         return _session
+
+
+def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSession:
+    """`builder`'s session; should its JVM not start from our class-data archive, the
+    archive is set aside and the JVM started without it (jvmarchive.py)."""
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    archive = jvmarchive.archive_path()
+    try:
+        return builder.getOrCreate()
+    except Exception:
+        if jvmarchive.use_flags(archive) not in options:
+            raise
+        log.warning("the Spark JVM did not start from the class-data archive %s: starting "
+                    "without it, the archive set aside", archive)
+        jvmarchive.set_aside(archive)
+        return builder.config("spark.driver.extraJavaOptions", JVM_OPTIONS).getOrCreate()
 
 
 def start_in_background(cfg: Spark) -> None:

@@ -5,6 +5,7 @@ import signal
 import sys
 import zipfile
 
+import pytest
 from pyspark.sql.functions import udf
 
 from exporter.config.model import Spark
@@ -62,6 +63,7 @@ def test_local_cores():
     assert local_cores("spark://host:7077") is None
 
 
+@pytest.mark.spark  # starts this process's SparkSession (a JVM)
 def test_one_session_per_process_reused_whatever_the_later_config():
     first = get_session(Spark(master="local[2]"))
     again = get_session(Spark(master="local[1]", conf={"spark.app.name": "other"}))
@@ -84,6 +86,7 @@ def test_local_masters_run_python_workers_on_this_interpreter():
     assert chosen["spark.pyspark.python"] == "/opt/py"
 
 
+@pytest.mark.spark  # starts this process's SparkSession (a JVM)
 def test_the_running_session_uses_this_interpreter_for_its_workers():
     # The one session of this test process (started here or by another module's get_session).
     spark = get_session(Spark(master="local[2]"))
@@ -92,6 +95,7 @@ def test_the_running_session_uses_this_interpreter_for_its_workers():
     assert spark.range(1).select(where("id")).first()[0] == sys.executable
 
 
+@pytest.mark.spark  # starts this process's SparkSession (a JVM)
 def test_local_workers_import_the_installed_pyspark_not_its_zip():
     spark = get_session(Spark(master="local[2]"))
     assert spark.conf.get("spark.python.daemon.module") == "exporter.pipeline.daemon"
@@ -110,6 +114,9 @@ def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path
     assert archive.parent == tmp_path / "pulsar-quota-exporter"
     archive.parent.mkdir()
     archive.write_bytes(b"made")
+    assert session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"] == \
+        JVM_OPTIONS  # not verified: no size stamp
+    archive.with_name(archive.name + ".size").write_text("4")
     options = session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"]
     assert options == f"{JVM_OPTIONS} -XX:SharedArchiveFile={archive} -Xlog:cds=off " \
                       "-Xlog:cds+dynamic=off"
@@ -118,6 +125,7 @@ def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path
     assert mine["spark.driver.extraJavaOptions"] == "-X"  # the operator's, whole
 
 
+@pytest.mark.spark  # starts this process's SparkSession (a JVM)
 def test_starting_the_session_leaves_the_sigint_handler_alone():
     get_session(Spark(master="local[2]"))
     handler = signal.getsignal(signal.SIGINT)
