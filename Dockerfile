@@ -8,10 +8,10 @@ COPY image/packages.txt /tmp/packages.txt
 RUN apt-get update \
  && grep -v '^#' /tmp/packages.txt | xargs apt-get install -y --no-install-recommends \
  && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md constraints.txt /src/
 COPY exporter /src/exporter
 RUN python3 -m venv /opt/pulsar-quota-exporter \
- && /opt/pulsar-quota-exporter/bin/pip install --no-cache-dir /src
+ && /opt/pulsar-quota-exporter/bin/pip install --no-cache-dir -c /src/constraints.txt /src
 
 FROM debian:bookworm-slim
 COPY image/packages.txt /tmp/packages.txt

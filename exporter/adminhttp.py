@@ -35,7 +35,7 @@ class CaFileError(Exception):
 
 
 class _KeepMethodRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         if code in (307, 308):
             return urllib.request.Request(newurl, method=req.get_method(),
                                           headers=dict(req.header_items()))

@@ -1,9 +1,10 @@
 """Every metric the exporter publishes, declared once.
 
-The registry, the dashboards, the alert rules and the README's metric table are all generated
-from `CATALOGUE`. The PIP-323 metrics keep Apache Pulsar's names and label sets so existing
-queries work; where the broker is wrong (eviction counters typed as gauges, a check-duration
-histogram observed per topic in whole seconds) we keep the name and fix the semantics.
+The registry, the dashboards, the alert rules and the metric reference (docs/metrics.md) are
+all generated from `CATALOGUE`. The PIP-323 metrics keep Apache Pulsar's names and label sets
+so existing queries work; where the broker is wrong (eviction counters typed as gauges, a
+check-duration histogram observed per topic in whole seconds) we keep the name and fix the
+semantics.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from types import MappingProxyType
 from exporter.actions.lease import LeaseState
 from exporter.actions.orders import EvictionFailure
 from exporter.config.model import Allocator
-from exporter.engine.quotas import QuotaType
-from exporter.sources.model import ScrapeError
+from exporter.sources.model import QuotaType, ScrapeError
 from exporter.transport.codec import WireReject
 from exporter.transport.gate import PeerReject
 from exporter.transport.pulsarwire import WireError

@@ -30,7 +30,7 @@ if [ ! -x "$root$venv/bin/pulsar-quota-exporter" ]; then
         chroot '$root' apt-get clean" >"$work/packages.log" 2>&1
     echo "== the package and its dependencies, as wheels fetched here, installed offline"
     rm -rf "$work/wheel" && .venv/bin/python -m pip wheel -q --no-deps -w "$work/wheel" .
-    .venv/bin/python -m pip wheel -q -w "$work/wheel" "$work"/wheel/*.whl  # builds pyspark's
+    .venv/bin/python -m pip wheel -q -c constraints.txt -w "$work/wheel" "$work"/wheel/*.whl  # builds pyspark's
     mkdir -p "$root/wheel" && cp "$work"/wheel/* "$root/wheel/"  # pyspark is an sdist
     chroot "$root" env -i PATH=/usr/bin:/bin python3 -m venv "$venv"
     chroot "$root" env -i PATH=/usr/bin:/bin HOME=/root "$venv/bin/pip" install -q \

@@ -116,8 +116,8 @@ class AdminEvictor:
                 call("POST", f"{sub_path}/skip/{count}")
                 return Performed(order, EvictionMethod.ADMIN_SKIP, min(count, backlog),
                                  Completion.CONFIRMED)
-            assert order.before_publish_time is not None
             cut = order.cutoff_ms
+            assert cut is not None and order.before_publish_time is not None  # a time order
             earliest = sub.get("earliestMsgPublishTimeInBacklog")
             if isinstance(earliest, int) and earliest > 0 and earliest >= cut:
                 return NothingToEvict(order, "oldest message is not before the cut-off")

@@ -11,7 +11,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Protocol
 
-from exporter.engine.quotas import QuotaType
+from exporter.sources.model import QuotaType
 
 _QUOTA_TYPES = tuple(q.value for q in QuotaType)
 

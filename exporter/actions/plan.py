@@ -5,8 +5,9 @@ enforcement off each (topic, quota type) is counted once per check as "would evi
 logged once while it lasts. With it on, orders go to the evictor with the connected
 consumers the cycle saw on each subscription (the binary path evicts only when there are
 none), one eviction per topic and quota type is counted per check, as Pulsar counts them,
-and every failure is counted by reason. Of several enforcing instances only the holder of
-the enforcer lease evicts (actions/lease.py); the others decide, export and stand by.
+and every failure is counted by reason. Each check's counts come back as `Acted`, which the
+running tallies add up (exposition/build.py). Of several enforcing instances only the holder
+of the enforcer lease evicts (actions/lease.py); the others decide, export and stand by.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from exporter.actions.lease import EnforcerLease
 from exporter.actions.orders import (
@@ -27,12 +29,23 @@ from exporter.actions.orders import (
 )
 from exporter.engine.decide import Decisions
 from exporter.engine.systemtopics import is_system_cursor
-from exporter.exposition.build import Tallies
 from exporter.pipeline.model import Aggregates
 
 log = logging.getLogger(__name__)
 
 Consumers = Mapping[tuple[str, str], int | None]  # (topic, subscription) → connected
+Counted = tuple[str, str, str]  # (namespace, topic, quota_type)
+
+
+@dataclass(frozen=True, slots=True)
+class Acted:
+    """One check's enforcement as counts: the (namespace, topic, quota type) evicted and
+    those that would have been, each at most once per check as Pulsar counts them, and the
+    reason of every order not performed, once per order."""
+
+    evictions: frozenset[Counted] = frozenset()
+    would_evict: frozenset[Counted] = frozenset()
+    failures: tuple[str, ...] = ()
 
 
 def consumers_seen(agg: Aggregates) -> dict[tuple[str, str], int | None]:
@@ -66,29 +79,29 @@ class Enforcement:
         self._size_cuts: dict[tuple[str, str], float | None] = {}
         self._logged_system: set[tuple[str, str]] = set()
 
-    def act(self, decisions: Decisions, *, enforce: bool, evictor: Evictor, tallies: Tallies,
+    def act(self, decisions: Decisions, *, enforce: bool, evictor: Evictor,
             consumers: Callable[[], Consumers], lease: EnforcerLease | None = None,
-            system_cursors: bool = False) -> None:
+            system_cursors: bool = False) -> Acted:
         """`consumers` is called only when there is something to evict. `lease`: enforcing
         with others, evict only while holding it (None: alone, as a test's evictor is).
         `system_cursors` (backlog_quotas.evict_system_cursors): cut `__compaction` too."""
         namespaces = {d.topic: d.namespace for d in decisions.topics}
         if not enforce:
-            self._dry_run(orders_for(decisions), namespaces, tallies)
-            return
+            return Acted(would_evict=self._dry_run(orders_for(decisions), namespaces))
         if lease is not None and not lease.refresh():
             self._size_cuts.clear()  # the holder cuts; its cuts are not ours to wait on
-            return
+            return Acted()
         orders = orders_for(decisions)
         if not orders:
             self._size_cuts.clear()
-            return
+            return Acted()
         orders = orders_for(decisions, consumers())
+        failures: list[str] = []
         if not system_cursors:
-            orders = self._without_system_cursors(orders, tallies)
+            orders = self._without_system_cursors(orders, failures)
         backlog_bytes = {(d.topic, s.subscription): s.backlog_bytes
                          for d in decisions.topics for s in d.plan.size}
-        performed = set()
+        performed: set[Counted] = set()
         fence = lease.confirm if lease is not None else unfenced
         for result in evictor.perform(self._not_yet_seen_by_broker(orders, backlog_bytes),
                                       fence):
@@ -101,14 +114,14 @@ class Enforcement:
                 log.info("evicted %s on %s (%s quota, %s)", o.subscription, o.topic,
                          o.quota_type, result.method.value)
             elif isinstance(result, EvictionFailed | Skipped):
-                tallies.eviction_failures[result.reason.value] += 1
+                failures.append(result.reason.value)
                 log.warning("eviction of %s on %s not performed: %s (%s)", o.subscription,
                             o.topic, result.reason.value, result.detail)
-        for key in performed:  # one eviction per topic and quota type per check, as Pulsar
-            tallies.evictions[key] += 1
+        # one eviction per topic and quota type per check, as Pulsar
+        return Acted(evictions=frozenset(performed), failures=tuple(failures))
 
     def _without_system_cursors(self, orders: list[EvictionOrder],
-                                tallies: Tallies) -> list[EvictionOrder]:
+                                failures: list[str]) -> list[EvictionOrder]:
         """`__compaction` and its kind (engine/systemtopics.py) are left alone, counted as
         `system_cursor` at every check they would be cut, logged once while they are."""
         kept, held = [], set()
@@ -116,7 +129,7 @@ class Enforcement:
             if not is_system_cursor(o.subscription):
                 kept.append(o)
                 continue
-            tallies.eviction_failures[EvictionFailure.SYSTEM_CURSOR.value] += 1
+            failures.append(EvictionFailure.SYSTEM_CURSOR.value)
             held.add((o.topic, o.subscription))
             if (o.topic, o.subscription) not in self._logged_system:
                 log.warning("not evicting the system cursor %s on %s (%s quota): set "
@@ -125,19 +138,19 @@ class Enforcement:
         self._logged_system = held
         return kept
 
-    def _dry_run(self, orders: list[EvictionOrder], namespaces: Mapping[str, str],
-                 tallies: Tallies) -> None:
-        seen = set()
+    def _dry_run(self, orders: list[EvictionOrder],
+                 namespaces: Mapping[str, str]) -> frozenset[Counted]:
+        seen: set[tuple[str, str]] = set()
         for o in orders:
             key = (o.topic, o.quota_type)
             if key in seen:
                 continue
             seen.add(key)
-            tallies.would_evict[(namespaces[o.topic], o.topic, o.quota_type)] += 1
             if key not in self._logged_dry_run:
                 log.info("dry run: would evict %s on %s (%s quota)", o.subscription, o.topic,
                          o.quota_type)
         self._logged_dry_run = seen
+        return frozenset((namespaces[topic], topic, kind) for topic, kind in seen)
 
     def _not_yet_seen_by_broker(self, orders: list[EvictionOrder],
                                 now: dict[tuple[str, str], float]) -> list[EvictionOrder]:

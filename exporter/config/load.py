@@ -1,9 +1,9 @@
 """The user's contract: YAML → a frozen, validated `Config`, or every error with its key path.
 
-This module is the public face: `load`, `parse`, `ConfigError` and the config types
-(re-exported from `configmodel`, where every default lives). The work is split by concept:
-`configreader` walks the YAML collecting errors, `configvalues` converts single values,
-`configsections` builds each section.
+This module is the public face: `load`, `parse` and `ConfigError`; the types it builds,
+with every default, are in `config/model.py`. The work is split by concept: `reader.py`
+walks the YAML collecting errors, `values.py` converts single values (`units.py` sizes and
+durations), `auth.py` reads credentials and TLS blocks, `sections.py` builds each section.
 """
 
 from __future__ import annotations

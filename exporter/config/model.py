@@ -2,7 +2,8 @@
 
 Every default lives here, once. Sizes are bytes, durations seconds, rates per second.
 `None` for a limit means "no limit" (Pulsar's -1). Kept apart from validation
-(`configsections`) so the contract reads on one page; import the types via `exporter.config`.
+(`sections.py`) so the contract reads on one page; import the types from here
+(`exporter.config.model`).
 """
 
 from __future__ import annotations

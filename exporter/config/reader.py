@@ -61,13 +61,14 @@ class Reader:
             return []
         return [(f"{path}[{i}]", item) for i, item in enumerate(value)]
 
-    def get(self, m: Mapping[str, object], key: str, path: str, convert: Convert, default: T) -> T:
+    def get(self, m: Mapping[str, object], key: str, path: str, convert: Convert[T],
+            default: T) -> T:
         """`convert(m[key])`, or `default` when absent or wrong (the error is recorded)."""
         if key not in m:
             return default
         return self.check(m[key], join(path, key), convert, default)
 
-    def check(self, value: object, path: str, convert: Convert, default: T) -> T:
+    def check(self, value: object, path: str, convert: Convert[T], default: T) -> T:
         try:
             return convert(value)
         except ValueError as e:

@@ -33,7 +33,7 @@ from exporter.config.model import (
     Tls,
     TopicFilter,
 )
-from exporter.config.reader import Convert, Reader, expected, join, schema_keys
+from exporter.config.reader import Convert, Reader, T, expected, join, schema_keys
 from exporter.config.units import format_duration, parse_duration
 
 
@@ -49,9 +49,11 @@ def sources(r: Reader, value: object, path: str) -> Sources:
             r.error(f"{bpath}.url", "required: the broker's /metrics URL")
         url = r.get(b, "url", bpath, cv.url("http", "https"), None)
         timeout = r.get(b, "timeout", bpath, cv.duration, BrokerSource.timeout)
+        if url is None:
+            continue
         if url in seen:
             r.error(f"{bpath}.url", f"'{url}' is already listed at {seen[url]}")
-        elif url is not None:
+        else:
             seen[url] = f"{bpath}.url"
             brokers.append(BrokerSource(url=url, timeout=timeout,
                                         authorization=auth.authorization(r, b, bpath),
@@ -235,7 +237,7 @@ def _report_signing(r: Reader, value: object, path: str) -> ReportSigning | None
 def load_manager(r: Reader, value: object, path: str) -> LoadManager:
     m, d = r.mapping(value, path, schema_keys(LoadManager)), LoadManager
 
-    def get(key: str, convert: Convert) -> object:
+    def get(key: str, convert: Convert[T]) -> T:
         return r.get(m, key, path, convert, getattr(d, key))
 
     return LoadManager(
@@ -361,7 +363,7 @@ def exposition(r: Reader, value: object, path: str) -> Exposition:
 def filters(r: Reader, value: object, path: str) -> Filters:
     m = r.mapping(value, path, schema_keys(Filters))
     t = r.mapping(m.get("topics"), f"{path}.topics", schema_keys(TopicFilter))
-    lists = {}
+    lists: dict[str, tuple[str, ...]] = {}
     for key in schema_keys(TopicFilter):
         lists[key] = tuple(
             regex for ipath, item in r.items(t.get(key), f"{path}.topics.{key}")

@@ -26,6 +26,7 @@ DEMO_CONFIG = Path(__file__).resolve().parents[1] / "data" / "demo.yaml"  # pack
 
 
 def _ports(config: Config) -> tuple[int, int]:
+    assert config.sources.service_url is not None  # the demo's own config sets it
     service = int(config.sources.service_url.rsplit(":", 1)[1])
     metrics = int(config.sources.brokers[0].url.split(":")[2].split("/")[0])
     return service, metrics

@@ -44,14 +44,8 @@ from enum import StrEnum
 from fractions import Fraction
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
-from exporter.engine.quotas import (
-    PulsarQuotas,
-    QuotaSource,
-    QuotaType,
-    ResolvedQuota,
-    configured,
-    resolve,
-)
+from exporter.engine.quotas import QuotaSource, ResolvedQuota, configured, resolve
+from exporter.sources.model import PulsarQuotas, QuotaType
 
 __all__ = ["QuotaSource", "QuotaType"]  # re-exported: they were defined here first
 
@@ -257,11 +251,13 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
                    if status is LimitStatus.EXCEEDED), None)
     action = Action.NONE if acting is None else Action(acting.value)
     evicting = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
-    plan = EvictionPlan(
+    plan = EvictionPlan(  # a limit is exceeded only where there is one (not None)
         size=(_size_plan(ordered, avg, limit_size * EVICTION_TARGET)
-              if size is LimitStatus.EXCEEDED and limits.size.policy is evicting else ()),
+              if size is LimitStatus.EXCEEDED and limit_size is not None
+              and limits.size.policy is evicting else ()),
         time=(_time_plan(ordered, now - limit_time * EVICTION_TARGET)
-              if time is LimitStatus.EXCEEDED and limits.time.policy is evicting else ()),
+              if time is LimitStatus.EXCEEDED and limit_time is not None
+              and limits.time.policy is evicting else ()),
     )
     if acting is not None:
         quota = replace(quota, policy=acting)

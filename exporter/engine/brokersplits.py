@@ -269,7 +269,8 @@ class BrokerSplits:
             conf = groups.get(group)
             for cls in (MonitoringClass.PUBLISH, MonitoringClass.DISPATCH):
                 out += self._split(group, cls, (None,), conf, brokers)
-            remotes = sorted({k[2] for k in self._values if k[:2] == (group, REPLICATION)})
+            remotes = sorted({remote for g, cls, remote, _ in self._values
+                              if (g, cls) == (group, REPLICATION) and remote is not None})
             limit = None if conf is None else _configured(conf, REPLICATION)
             # Pulsar computes nothing without a key of the class (no replication heard), and
             # a group without a replication limit (every 4.0.8 group) gets -1: no split.

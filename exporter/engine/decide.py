@@ -116,7 +116,7 @@ class Decider:
         self._counters = UsageCounter()
         self._last_at: float | None = None
         self.peer = Participant(self.participant, config.resource_group_engine)
-        self._limits: dict[GroupKey, Usage | None] = {}
+        self._limits: dict[GroupKey, Usage] = {}
         self._own: dict[GroupKey, Usage] = {}  # the last cycle's usage, for the next report
         self._replicated: set[str] = set()  # groups seen replicating since start
         self._load = LoadState()  # the shedder's history and recent bundle moves
@@ -162,19 +162,23 @@ class Decider:
         A subscription measured by the broker in an earlier cycle and not now keeps that
         publish time while its backlog has not shrunk (`measured`: this cycle's record)."""
         admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
-        precise = (admin.oldest_backlog_message_subscription
-                   if admin and admin.oldest_backlog_message_age_seconds is not None else None)
-        slowest = None
+        precise, precise_time = None, None  # the admin REST's topic-level oldest, when given
+        if admin and admin.oldest_backlog_message_age_seconds is not None:
+            precise = admin.oldest_backlog_message_subscription
+            precise_time = admin_at - admin.oldest_backlog_message_age_seconds
+        slowest, slowest_time = None, None  # the gauge's subscription and its publish time
         if precise is None and broker_age is not None:
             backlogged = [(-b, n) for n, b in subs if b > 0]
-            slowest = min(backlogged)[1] if backlogged else None
+            if backlogged:
+                slowest, slowest_time = min(backlogged)[1], now - broker_age
         avg = _average_size(published, bytes_in, subs, backlog_bytes)
         per_entry = _messages_per_entry(subs, backlog_bytes, avg)
         states = []
         for name, backlog in subs:
             messages = int(backlog)
             size = admin_subs[name].backlog_size if name in admin_subs else None
-            publish_time, source = None, TimeSource.ESTIMATED
+            publish_time: float | None = None
+            source = TimeSource.ESTIMATED
             own = admin_subs[name].oldest_backlog_message_age_seconds \
                 if name in admin_subs else None
             if messages > 0 and own is not None:
@@ -182,19 +186,19 @@ class Decider:
             elif messages > 0 and (topic, name) in sub_ages:
                 publish_time, source = now - sub_ages[(topic, name)], TimeSource.BROKER
             elif messages > 0 and name == precise:
-                publish_time = admin_at - admin.oldest_backlog_message_age_seconds
-                source = TimeSource.PRECISE
+                publish_time, source = precise_time, TimeSource.PRECISE
             elif messages > 0 and name == slowest:
-                publish_time, source = now - broker_age, TimeSource.BROKER
+                publish_time, source = slowest_time, TimeSource.BROKER
             elif messages > 0 and published is not None:
                 est = self.ages.estimate(topic, round(messages * per_entry), published, now)
                 if isinstance(est, Estimate):
                     publish_time = now - est.age_seconds
-                    if slowest is not None:
-                        publish_time = max(publish_time, now - broker_age)
+                    if slowest_time is not None:
+                        publish_time = max(publish_time, slowest_time)
                     elif est.method is Method.LOWER_BOUND:
                         source = TimeSource.LOWER_BOUND
-            if messages > 0 and source in (TimeSource.PRECISE, TimeSource.BROKER):
+            if (messages > 0 and source in (TimeSource.PRECISE, TimeSource.BROKER)
+                    and publish_time is not None):  # always, for those two sources
                 measured[(topic, name)] = (publish_time, messages)
             elif messages > 0 and (last := self._measured.get((topic, name))) is not None \
                     and messages >= last[1] and (publish_time is None or publish_time > last[0]):
@@ -214,7 +218,9 @@ class Decider:
         admin_at = admin.fetched_at if admin else now
         quotas = self.config.backlog_quotas
         pulsar = admin.quotas if admin else None
-        decisions, max_age, doubted = [], {}, []
+        decisions: list[TopicDecision] = []
+        max_age: dict[str, float] = {}
+        doubted: list[str] = []
         measured: dict[tuple[str, str], tuple[float, int]] = {}
         topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, sizes, times = _columns(
             agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
@@ -272,7 +278,8 @@ class Decider:
         (publish, dispatch) or the broker's own rates (replication: it prints no counter);
         empty on the first cycle (it only sets the counters' baseline)."""
         elapsed = (now - self._last_at) if self._last_at is not None else None
-        totals, printed = {}, {}
+        totals: dict[GroupKey, Usage] = {}
+        printed: dict[GroupKey, Usage] = {}
         names, classes, msgs, byts, msg_rates, byte_rates = _columns(
             agg.resource_groups, ("resource_group", "monitoring_class", "messages_total",
                                   "bytes_total", "messages_per_second", "bytes_per_second"))
@@ -283,20 +290,21 @@ class Decider:
                 printed[key] = Usage(bytes=br or 0.0, messages=mr or 0.0)
             else:
                 totals[key] = Usage(bytes=b or 0.0, messages=m or 0.0)
-        rates, keys = {}, []
+        rates: dict[GroupKey, Usage] = {}
+        counters: list[str] = []
         for group in self.config.resource_groups.values():
             for cls in MonitoringClass:
-                key = f"{group.name}\0{cls}"
+                counter = f"{group.name}\0{cls}"
                 total = totals.get((group.name, cls))
                 inc = Usage(0, 0)  # no topic of the group seen: no usage
                 if total is not None:
-                    keys.append(key)
-                    outcome = self._counters.observe(key, total)
+                    counters.append(counter)
+                    outcome = self._counters.observe(counter, total)
                     inc = outcome.usage if isinstance(outcome, Increment) else inc
                 if elapsed and elapsed > 0:
                     rates[(group.name, cls)] = printed.get(
                         (group.name, cls), Usage(inc.bytes / elapsed, inc.messages / elapsed))
-        self._counters.retain(keys)
+        self._counters.retain(counters)
         return rates
 
     def round(self, now: float) -> tuple[Round | None, tuple[str, ...]]:

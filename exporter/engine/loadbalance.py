@@ -6,7 +6,7 @@ broker acting on it. This module holds the shared vocabulary (a broker's load, a
 a verdict), Pulsar 4.0's `OverloadShedder` and the bundle-split strategy
 (`BundleSplitterTask` / `DefaultNamespaceBundleSplitStrategyImpl`); engine/shedders.py
 holds `ThresholdShedder` and `UniformLoadShedder` and picks the configured one. The
-thresholds are those of `exporter.config.LoadManager` (broker.conf's `loadBalancer*`).
+thresholds are those of `exporter.config.model.LoadManager` (broker.conf's `loadBalancer*`).
 
 Units: resource usage in percent of its limit (Pulsar's `ResourceUsage.percentUsage()`,
 the value of the broker's `pulsar_lb_*_usage` gauges); rates per second; throughput in
@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypedDict, Unpack
 
 from exporter.config.model import LoadManager
 from exporter.engine.systemtopics import SLA_OR_HEARTBEAT
@@ -251,7 +252,16 @@ class BrokerVerdict:
         return self.outcome is not ShedOutcome.NOT_OVERLOADED
 
 
-def idle_verdict(load: BrokerLoad, cfg: LoadManager, **extra: object) -> BrokerVerdict:
+class VerdictExtra(TypedDict, total=False):
+    """What only some strategies fill in on a `BrokerVerdict`."""
+
+    smoothed_usage_percent: float | None
+    average_usage_percent: float | None
+    msg_rate_to_shed: float
+
+
+def idle_verdict(load: BrokerLoad, cfg: LoadManager,
+                 **extra: Unpack[VerdictExtra]) -> BrokerVerdict:
     """A broker the strategy does not pick."""
     resource, usage = weighted_usage(load, cfg)
     return BrokerVerdict(broker=load.broker, outcome=ShedOutcome.NOT_OVERLOADED,
@@ -261,7 +271,8 @@ def idle_verdict(load: BrokerLoad, cfg: LoadManager, **extra: object) -> BrokerV
 
 
 def picked_verdict(load: BrokerLoad, cfg: LoadManager, reason: ShedReason, fraction: float,
-                   to_shed: float, selection: Selection, **extra: object) -> BrokerVerdict:
+                   to_shed: float, selection: Selection,
+                   **extra: Unpack[VerdictExtra]) -> BrokerVerdict:
     """A broker the strategy picks, with what its selection gave."""
     resource, usage = weighted_usage(load, cfg)
     by_name = {b.name: b for b in load.bundles}

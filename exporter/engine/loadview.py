@@ -13,7 +13,7 @@ Semantics decided here:
   would share it, so it is not used. Two sources with the same host:port keep their URLs.
 - **Which bundles.** A broker's bundles are its rows of the BUNDLES table (its share of
   each, after topic de-duplication). With the admin snapshot's bundles given to the
-  pipeline, topics are placed by Pulsar's own hash (aggregate.topic_hash). Without them a
+  pipeline, topics are placed by Pulsar's own hash (pipeline/merge.py, `place`). Without them a
   namespace is one bundle, `tenant/ns/0x00000000_0xffffffff`: split verdicts are then per
   namespace (and per broker's share of it for shedding). A broker reporting only
   namespace-level series (topic-level metrics off) gives its share of a namespace as that

@@ -26,13 +26,12 @@ exactly as `config`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
 from exporter.names import partitioned_parent
+from exporter.sources.model import PulsarQuotas, QuotaType
 
 
 class QuotaSource(StrEnum):
@@ -43,43 +42,13 @@ class QuotaSource(StrEnum):
     DEFAULT = "default"
 
 
-class QuotaType(StrEnum):
-    """The `quota_type` label of PIP-323's eviction counters; Pulsar's BacklogQuotaType."""
-
-    TIME = "time"  # message_age
-    SIZE = "size"  # destination_storage
-
-
 _SPECIFICITY = (QuotaSource.TOPIC, QuotaSource.NAMESPACE, QuotaSource.DEFAULT)
-
-
-@dataclass(frozen=True, slots=True)
-class TypedQuota:
-    """One of Pulsar's per-type quota entries: a limit (bytes for size, seconds for time;
-    negative, or a time of 0, is unlimited) and what the broker does on a breach."""
-
-    limit: float
-    policy: RetentionPolicy = RetentionPolicy.PRODUCER_REQUEST_HOLD
-
-
-def _frozen(m: Mapping | None = None) -> Mapping:
-    return MappingProxyType(dict(m or {}))
-
-
-@dataclass(frozen=True)
-class PulsarQuotas:
-    """Pulsar's backlog-quota policies as the admin REST reports them, per quota type.
-    A type missing from a level's mapping is not set at that level."""
-
-    default: Mapping[QuotaType, TypedQuota] = field(default_factory=_frozen)  # broker's
-    namespaces: Mapping[str, Mapping[QuotaType, TypedQuota]] = field(default_factory=_frozen)
-    topics: Mapping[str, Mapping[QuotaType, TypedQuota]] = field(default_factory=_frozen)
 
 
 @dataclass(frozen=True, slots=True)
 class Limit:
     """One resolved limit: None is unlimited; `origin` says where it came from, e.g.
-    `pulsar:topic` or `config:namespace` (README, `limit_sources`)."""
+    `pulsar:topic` or `config:namespace` (README's status document, `limit_sources`)."""
 
     value: float | None
     policy: RetentionPolicy
@@ -130,7 +99,7 @@ def configured(topic: str, namespace: str, quotas: BacklogQuotas,
     if topic in quotas.topics:
         return quotas.topics[topic], QuotaSource.TOPIC
     parent = partitioned_parent(topic)
-    if parent in quotas.topics:
+    if parent is not None and parent in quotas.topics:
         return quotas.topics[parent], QuotaSource.TOPIC
     if namespace in quotas.namespaces:
         return quotas.namespaces[namespace], QuotaSource.NAMESPACE
@@ -155,10 +124,10 @@ def _pulsar_type(topic: str, namespace: str, kind: QuotaType, pulsar: PulsarQuot
             return Limit(normal(entry.limit), entry.policy, f"pulsar:{level.value}")
     if fallback is not None:  # the YAML default in place of the broker's
         return _from_config(fallback, QuotaSource.DEFAULT).limit(kind)
-    entry = pulsar.default.get(kind)
-    if entry is None:
+    default = pulsar.default.get(kind)
+    if default is None:
         return Limit(None, RetentionPolicy.PRODUCER_REQUEST_HOLD, "pulsar:default")
-    return Limit(normal(entry.limit), entry.policy, "pulsar:default")
+    return Limit(normal(default.limit), default.policy, "pulsar:default")
 
 
 def resolve(topic: str, namespace: str, quotas: BacklogQuotas,

@@ -38,6 +38,7 @@ from exporter.engine.loadbalance import (
     Selection,
     ShedOutcome,
     ShedReason,
+    VerdictExtra,
     broker_verdict,
     candidates,
     idle_verdict,
@@ -169,8 +170,8 @@ def threshold_shedder(loads: Sequence[BrokerLoad], cfg: LoadManager,
     minimum = cfg.bundle_unload_min_throughput_threshold
     verdicts = []
     for load in loads:
-        seen = {"smoothed_usage_percent": usage[load.broker] * 100,
-                "average_usage_percent": average * 100}
+        seen: VerdictExtra = {"smoothed_usage_percent": usage[load.broker] * 100,
+                              "average_usage_percent": average * 100}
         current = usage[load.broker]
         if current < average + threshold:
             verdicts.append(idle_verdict(load, cfg, **seen))
@@ -208,8 +209,8 @@ def lower_boundary(loads: Sequence[BrokerLoad], cfg: LoadManager, usage: Mapping
             or cfg.bundle_unload_min_throughput_threshold > busiest.throughput * fraction):
         return tuple(verdicts), again, False
     to_shed = busiest.throughput * fraction
-    seen = {"smoothed_usage_percent": again[busiest.broker] * 100,
-            "average_usage_percent": average * 100}
+    seen: VerdictExtra = {"smoothed_usage_percent": again[busiest.broker] * 100,
+                          "average_usage_percent": average * 100}
     picked = picked_verdict(busiest, cfg, ShedReason.LOWER_BOUNDARY, fraction, to_shed,
                             select_by_throughput(busiest.bundles, to_shed, recently_unloaded),
                             **seen)

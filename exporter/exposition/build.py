@@ -11,9 +11,11 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from exporter import __version__
 from exporter.actions.lease import LeaseState, LeaseView
+from exporter.actions.plan import Acted
 from exporter.catalogue import CHECK_DURATION_BUCKETS
 from exporter.config.model import RetentionPolicy
 from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
@@ -47,6 +49,12 @@ class Tallies:
         default_factory=lambda: HistogramValue.empty(CHECK_DURATION_BUCKETS))
     # (namespace, topic) with an eviction counter → when the topic was last seen
     counted_seen: dict = field(default_factory=dict)
+
+    def count(self, acted: Acted) -> None:
+        """Add one check's enforcement (actions/plan.py)."""
+        self.evictions.update(acted.evictions)
+        self.would_evict.update(acted.would_evict)
+        self.eviction_failures.update(acted.failures)
 
     def forget_unseen(self, topics: Iterable[str], now: float, after: float) -> int:
         """Drop the eviction counters of topics not seen for `after` seconds (deleted,
@@ -95,7 +103,7 @@ class CycleFacts:
     lease: LeaseView | None = None  # the enforcer lease, when enforcing
 
 
-def _finite(v: float | None) -> bool:
+def _finite(v: float | None) -> TypeGuard[float]:
     return v is not None and math.isfinite(v)
 
 

@@ -76,12 +76,13 @@ def source_view(h: SourceHealth) -> dict[str, object]:
 def view(cluster: str, checked_at: float, decisions: Decisions | None,
          health: Iterable[SourceHealth], stage_seconds: Mapping[str, float] | None = None,
          ) -> dict[str, object]:
-    topics = [topic_view(d) for d in decisions.topics] if decisions else []
+    topics = [topic_view(d) for d in sorted(decisions.topics, key=lambda d: d.topic)
+              ] if decisions else []
     return {
         "cluster": cluster,
         "checked_at": _iso(checked_at),
         "sources": [source_view(h) for h in health],
         "stage_seconds": {k: round(v, 4) for k, v in (stage_seconds or {}).items()},
-        "topics": sorted(topics, key=lambda t: t["topic"]),
+        "topics": topics,
         "resource_groups": [group_view(g) for g in decisions.groups] if decisions else [],
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 
@@ -20,7 +21,7 @@ import yaml
 
 from exporter.catalogue import Domain
 from exporter.generate import selector
-from exporter.generate.checkout import ROOT
+from exporter.generate.checkout import ROOT, fresh
 from exporter.generate.thresholds import DEFAULT, Thresholds, template_environment
 
 ALERTS = ROOT / "alerts"
@@ -156,7 +157,7 @@ def render_alertmanager_example(thresholds: Thresholds = DEFAULT) -> str:
 def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
     """Generated file → function of its old text returning its new text (see all.py)."""
     made: dict[Path, Callable[[str], str]] = {
-        root / "alerts" / filename: (lambda _old, d=domain: render_rules(d))
+        root / "alerts" / filename: fresh(partial(render_rules, domain))
         for domain, (_, filename) in RULE_FILES.items()
     }
     made[root / "alerts" / ALERTMANAGER_EXAMPLE] = lambda _old: render_alertmanager_example()

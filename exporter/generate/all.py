@@ -1,20 +1,23 @@
-"""Regenerate every committed artefact derived from the catalogue, or check they are current."""
+"""Regenerate every committed artefact derived from the catalogue, or check they are current:
+docs/metrics.md, RUNBOOK.md, the dashboards, the alert rules and the chart's copies of them."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from exporter.generate import alerts, dashboards, helm, readme, runbooks
-from exporter.generate.checkout import ROOT, NotACheckout, checkout
+from exporter.generate import alerts, dashboards, helm, metrics, runbooks
+from exporter.generate.checkout import ROOT, NotACheckout, checkout, fresh
 from exporter.generate.thresholds import DEFAULT, Thresholds
 
 
 def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
     """Each generated file and how to produce its new text from its current text."""
     return {
-        root / "README.md": lambda text: runbooks.update(readme.update(text)),
+        **metrics.outputs(root),
+        **runbooks.outputs(root),
         **dashboards.outputs(root),
         **alerts.outputs(root),
         **helm.outputs(root),
@@ -25,11 +28,11 @@ def deployment_outputs(out: Path, thresholds: Thresholds) -> dict[Path, Callable
     """The rules and dashboards rendered with `thresholds` (an operator's selector), laid out
     under `out` as in the repository: alerts/*.rules.yaml, dashboards/*.json."""
     made: dict[Path, Callable[[str], str]] = {
-        out / "alerts" / filename: (lambda _old, d=domain: alerts.render_rules(d, thresholds))
+        out / "alerts" / filename: fresh(partial(alerts.render_rules, domain, thresholds))
         for domain, (_, filename) in alerts.RULE_FILES.items()
     }
     for d in dashboards.DASHBOARDS:
-        made[out / "dashboards" / d.file] = lambda _old, d=d: dashboards.render(d, thresholds)
+        made[out / "dashboards" / d.file] = fresh(partial(dashboards.render, d, thresholds))
     return made
 
 

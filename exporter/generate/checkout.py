@@ -1,21 +1,29 @@
 """The source checkout `generate` works in: where its templates are and where its outputs go.
 
-The generated files (the README's tables, dashboards, alert rules, the chart's copies) are
-committed in the repository and rendered from templates that live there too, not in the
+The generated files (docs/metrics.md, RUNBOOK.md, dashboards, alert rules, the chart's copies)
+are committed in the repository and rendered from templates that live there too, not in the
 package. So `generate` only makes sense in the checkout that holds this very code (run from
 the source tree or an editable install). An installed wheel has no templates beside it: there
-`generate` must refuse, not write README.md and dashboards/ into site-packages.
+`generate` must refuse, not write RUNBOOK.md and dashboards/ into site-packages.
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 PROJECT = "pulsar-quota-exporter"
 # Where a checkout holding this file has its root (exporter/generate/checkout.py).
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE_DIRS = (Path("dashboards") / "templates", Path("alerts") / "templates")
+TEMPLATE_DIRS = (
+    Path("dashboards") / "templates", Path("alerts") / "templates", Path("docs") / "templates",
+)
+
+
+def fresh(render: Callable[[], str]) -> Callable[[str], str]:
+    """An output (all.py: its old text → its new text) that does not read its old text."""
+    return lambda _old: render()
 
 
 class NotACheckout(RuntimeError):

@@ -15,12 +15,13 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 
 from exporter.catalogue import BY_NAME, CATALOGUE, Metric, Unit
 from exporter.generate import selector
-from exporter.generate.checkout import ROOT
+from exporter.generate.checkout import ROOT, fresh
 from exporter.generate.thresholds import DEFAULT, Thresholds, template_environment
 
 TEMPLATES = ROOT / "dashboards" / "templates"
@@ -177,6 +178,6 @@ def render(dashboard: Dashboard, thresholds: Thresholds = DEFAULT) -> str:
 def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
     """Generated file → function of its old text returning its new text (see all.py)."""
     return {
-        root / "dashboards" / d.file: (lambda _old, d=d: render(d))
+        root / "dashboards" / d.file: fresh(partial(render, d))
         for d in DASHBOARDS
     }

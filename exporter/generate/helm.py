@@ -11,11 +11,12 @@ data instead of Helm template code.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from exporter.catalogue import Domain
 from exporter.generate import alerts, dashboards
-from exporter.generate.checkout import ROOT
+from exporter.generate.checkout import ROOT, fresh
 
 CHART = Path("helm") / "pulsar-quota-exporter"
 RULES_DIR = CHART / "files" / "rules"
@@ -43,9 +44,9 @@ def render_rules(domain: Domain) -> str:
 def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
     """Generated file → function of its old text returning its new text (see all.py)."""
     made: dict[Path, Callable[[str], str]] = {
-        root / RULES_DIR / filename: (lambda _old, d=domain: render_rules(d))
+        root / RULES_DIR / filename: fresh(partial(render_rules, domain))
         for domain, (_, filename) in alerts.RULE_FILES.items()
     }
     for d in dashboards.DASHBOARDS:
-        made[root / DASHBOARDS_DIR / d.file] = lambda _old, d=d: dashboards.render(d)
+        made[root / DASHBOARDS_DIR / d.file] = fresh(partial(dashboards.render, d))
     return made

@@ -13,6 +13,7 @@ import json
 import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -25,7 +26,7 @@ from exporter.generate import selector as selectors
 EXPORTER_JOB = "pulsar-quota-exporter"
 DEFAULT_SELECTOR = f'job="{EXPORTER_JOB}"'
 RUNBOOK_BASE_URL = (
-    "https://github.com/pulsar-quota-exporter/pulsar-quota-exporter/blob/main/README.md"
+    "https://github.com/pulsar-quota-exporter/pulsar-quota-exporter/blob/main/RUNBOOK.md"
 )
 
 
@@ -109,7 +110,7 @@ class Thresholds:
             raise ValueError("; ".join(problems))
 
     @classmethod
-    def for_config(cls, config: Config, **overrides: object) -> Thresholds:
+    def for_config(cls, config: Config, **overrides: Any) -> Thresholds:
         """Thresholds whose mirrored settings match a deployment's config."""
         engine, load = config.resource_group_engine, config.load_manager
         return cls(**{
@@ -121,7 +122,7 @@ class Thresholds:
             **overrides,
         })
 
-    def with_(self, **changes: object) -> Thresholds:
+    def with_(self, **changes: Any) -> Thresholds:
         return replace(self, **changes)
 
     @property

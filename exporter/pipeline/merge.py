@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -272,8 +273,8 @@ def _load_tables(shares: pa.Table, usage: Mapping[str, Mapping], sources: Sequen
                  ) -> tuple[pa.Table, pa.Table]:
     """(BROKERS, BUNDLES): each broker's totals are summed from its bundle shares (a few
     rows per broker and bundle), its `pulsar_lb_*` usage taken from its own row."""
-    zero = {"cluster": None, "topics": 0, "sessions": 0.0, **dict.fromkeys(_BROKER_RATES, 0.0),
-            **dict.fromkeys(_USAGE_COLUMNS)}
+    zero: dict[str, Any] = {"cluster": None, "topics": 0, "sessions": 0.0,
+                            **dict.fromkeys(_BROKER_RATES, 0.0), **dict.fromkeys(_USAGE_COLUMNS)}
     brokers = {s: {"source": s, **zero} for s in sources}
 
     def see_cluster(broker: dict, cluster: str | None) -> None:
@@ -353,7 +354,8 @@ def _resource_groups(namespaces: pa.Table, topics: pa.Table,
         parents = pc.replace_substring_regex(names, PARTITION_SUFFIX, "")
         mask = pc.or_(pc.is_in(names, bound), pc.is_in(parents, bound))
         for row in topics.filter(mask).select(["topic", "namespace", *_SUMMED]).to_pylist():
-            group = by_topic.get(row["topic"]) or by_topic[partitioned_parent(row["topic"])]
+            topic = row["topic"]  # bound itself, or a partition of a bound topic (the mask)
+            group = by_topic.get(topic) or by_topic[partitioned_parent(topic) or topic]
             if group != (namespace_group := home(row["namespace"])):
                 if namespace_group is not None:
                     add(namespace_group, row, -1, 0, -1)

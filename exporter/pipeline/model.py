@@ -129,7 +129,7 @@ NAMESPACES = pa.schema([
 # group has a row per class, with 0 and namespaces = 0 when nothing bound to it was seen.
 RESOURCE_GROUPS = pa.schema([
     ("resource_group", _S),
-    ("monitoring_class", _S),  # exporter.config.MonitoringClass values
+    ("monitoring_class", _S),  # exporter.config.model.MonitoringClass values
     ("messages_total", _F),  # counters: publish and dispatch (null for replication)
     ("bytes_total", _F),
     ("messages_per_second", _F),  # rates as the broker prints them: replication only
@@ -162,7 +162,7 @@ BROKERS = pa.schema([
 # Per broker source × namespace bundle: the source's share of the bundle, over the topics it
 # owns after de-duplication (a bundle moving during the cycle has a row per source). A topic
 # is in the bundle whose range holds the CRC-32 of its full name, as Apache Pulsar assigns
-# it (aggregate.py); a namespace with no boundaries given, or a broker reporting only
+# it (merge.py, `place`); a namespace with no boundaries given, or a broker reporting only
 # namespace-level series for it, is one bundle, FULL_BUNDLE. Sources and bundles without
 # topics have no row. Values are sums over the topics, null when none reported the series.
 BUNDLES = pa.schema([

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -92,7 +93,7 @@ def scrape_one(source: BrokerSource, options: TaskOptions = DEFAULT_TASK) -> pa.
         body = pa.CompressedOutputStream(sink, "zstd") if sink is not None else None
         pieces = whole_lines(stream(source, started + source.timeout), PIECE_BYTES)
         parts, facts = parsed_pieces(pieces, options.rule, body)
-        if sink is not None:
+        if sink is not None and body is not None:  # both or neither
             body.close()
             parts.append(("body", sink.getvalue().to_pybytes()))
         status = {"up": True, "fetched_at": time.time(), **facts,
@@ -215,7 +216,7 @@ class BrokerScrape:
               job_failure: str | None) -> SourceTables | None:
         """Record one broker's outcome; its tables when it was fetched afresh."""
         ledger = self._ledgers[source.url]
-        status = json.loads(parts["status"]) if "status" in parts else {
+        status: dict[str, Any] = json.loads(parts["status"]) if "status" in parts else {
             "up": False, "reason": ScrapeError.OTHER.value,
             "detail": job_failure or "no result from its task"}
         if not status["up"]:

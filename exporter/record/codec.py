@@ -17,7 +17,6 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.config import model as config_model
-from exporter.engine import quotas
 from exporter.sources import model as sources_model
 from exporter.transport import codec as wire
 
@@ -27,7 +26,7 @@ def _registry() -> dict[str, type]:
     types: dict[str, type] = {cls.__name__: cls for cls in (
         config_model.ResourceGroup, config_model.RateLimit, config_model.MonitoringClass,
         config_model.RetentionPolicy)}
-    for module in (sources_model, quotas, wire):
+    for module in (sources_model, wire):
         for name, value in vars(module).items():
             if isinstance(value, type) and value.__module__ == module.__name__ and (
                     dataclasses.is_dataclass(value) or issubclass(value, Enum)):

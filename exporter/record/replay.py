@@ -56,7 +56,7 @@ def parse_recorded(rule: TopicFilter,
         for cycle, source, body in zip(*(batch.column(n).to_pylist()
                                          for n in ("cycle", "source", "body")), strict=True):
             stream = pa.CompressedInputStream(pa.BufferReader(body), "zstd")
-            pieces = whole_lines(iter(lambda s=stream: s.read(PIECE_BYTES), b""), PIECE_BYTES)
+            pieces = whole_lines(iter(partial(stream.read, PIECE_BYTES), b""), PIECE_BYTES)
             parts, facts = parsed_pieces(pieces, rule)
             batch = part_batch(source, facts, parts)
             yield pa.RecordBatch.from_arrays(

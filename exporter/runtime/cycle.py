@@ -12,17 +12,16 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, Unpack
 
 import pyarrow as pa
 
-from exporter.actions.evict import evictor_for, lease_for
-from exporter.actions.orders import Evictor
+from exporter.actions.lease import EnforcerLease
 from exporter.actions.plan import Enforcement, consumers_seen
 from exporter.config.model import Config, ResourceGroup
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
@@ -36,17 +35,16 @@ from exporter.exposition.metricset import process_body, render
 from exporter.exposition.status import view
 from exporter.pipeline.merge import merge
 from exporter.pipeline.tables import BrokerData, BrokerSide
-from exporter.record.store import Recorder
 from exporter.runtime.assembly import (
-    admin_side_for,
-    broker_reports_for,
-    broker_splits_for,
-    exchange_for,
+    Given,
+    Parts,
+    assemble,
+    broker_side_for,
+    reassemble,
     splits_report,
 )
 from exporter.runtime.exchange import UsageExchange, from_wire
 from exporter.server.http import PublishedState
-from exporter.sources.adminside import SnapshotSource
 from exporter.sources.brokerreports import BrokerReports, BrokerReportsView
 from exporter.sources.model import Snapshot
 from exporter.transport.codec import WireReport
@@ -73,39 +71,25 @@ class CycleReport:
 
 
 class Exporter:
-    def __init__(self, config: Config, *, brokers: BrokerSide | None = None,
-                 admin_side: SnapshotSource | None = None, evictor: Evictor | None = None,
-                 state: PublishedState | None = None, clock: Callable[[], float] = time.time,
-                 exchange: UsageExchange | None = None, config_file: ConfigFile | None = None,
-                 participate: bool = False, broker_reports: BrokerReports | None = None,
-                 recorder: Recorder | None = None):
-        """`participate`: join the usage exchange (the `run` command); a one-off check
-        does not, so it never shows up to peers as a participant. `brokers` (default: the
-        Spark job over `config.sources.brokers`, started on first use) and `admin_side` (the
-        admin side) are what tests replace."""
+    """The check loop over its parts. The parts come from the composition root
+    (runtime/assembly.py): handed in whole (`parts`), or built there from `config` and
+    whatever is `given` instead (tests: `brokers`, `admin_side`, `evictor`, `clock`, ...;
+    `participate=True` joins the usage exchange, as `run` does)."""
+
+    def __init__(self, config: Config, parts: Parts | None = None, *,
+                 config_file: ConfigFile | None = None, **given: Unpack[Given]) -> None:
+        if parts is not None and given:
+            raise TypeError(f"Exporter: parts given twice: {sorted(given)}")
         self.config = config
-        self._brokers = brokers
-        self._side = ThreadPoolExecutor(1, thread_name_prefix="admin-scrape")
-        self.admin_side = admin_side or admin_side_for(config)
-        self.evictor = evictor or evictor_for(config)
-        self.lease = lease_for(config) if evictor is None else None  # a test's evicts alone
-        self.state = state or PublishedState(config.check_interval)
-        self.tallies = Tallies()
-        self.decider = Decider(config)
-        self._clock = clock
-        self.exchange = exchange
-        if exchange is None and participate:
-            self.exchange = exchange_for(config, clock)
-        self._participate = participate
-        self.broker_reports = broker_reports  # the brokers' own PIP-82 reports, read-only
-        if broker_reports is None and participate:
-            self.broker_reports = broker_reports_for(config)
-        # every broker's own quota, computed from those reports (the brokers enforce)
-        self.broker_splits = (broker_splits_for(config) if self.broker_reports is not None
-                              else None)
-        self._tally_lock = threading.Lock()  # the exchange thread counts too
-        self._cancelled = False
+        self.parts = parts if parts is not None else assemble(config, **given)
         self.config_file = config_file
+        self.config_text = (config_file.path.read_text() if config_file is not None
+                            else "# a config given in-process, not read from a file\n")
+        self.tallies = Tallies()
+        self._tally_lock = threading.Lock()  # the exchange thread counts too
+        self.enforcement = Enforcement()
+        self._side = ThreadPoolExecutor(1, thread_name_prefix="admin-scrape")
+        self._cancelled = False
         self._last_decisions: Decisions | None = None
         # last cycle's topics, and those of them no broker listed afresh (pipeline/lastgood.py)
         self._seen: tuple[pa.ChunkedArray | pa.Array, frozenset[str]] = (
@@ -113,24 +97,38 @@ class Exporter:
         self._last_success: float | None = None
         self._filtered = self._held = 0  # topics filters.topics left out; held (lastgood.py)
         self._publish_seconds: float | None = None
-        self.enforcement = Enforcement()
-        self.recorder = recorder  # run --record.dir: what each cycle saw, for `replay`
-        self.config_text = (config_file.path.read_text() if config_file is not None
-                            else "# a config given in-process, not read from a file\n")
         self._heard: list[WireReport] = []  # peers' reports since the last recorded cycle
+
+    # --- the parts others read ------------------------------------------------------------
+    @property
+    def state(self) -> PublishedState:
+        return self.parts.state
+
+    @property
+    def decider(self) -> Decider:
+        return self.parts.decider
+
+    @property
+    def lease(self) -> EnforcerLease | None:
+        return self.parts.lease
+
+    @property
+    def exchange(self) -> UsageExchange | None:
+        return self.parts.exchange
+
+    @property
+    def broker_reports(self) -> BrokerReports | None:
+        return self.parts.broker_reports
 
     # --- stages -----------------------------------------------------------------------------
     def broker_side(self) -> BrokerSide:
         """The broker side, built on first use: building the Spark plan starts Spark."""
-        if self._brokers is None:
-            from exporter.pipeline.scrape import BrokerScrape, TaskOptions, on_spark
-            from exporter.pipeline.session import get_session
-
-            sources = self.config.sources.brokers
-            options = TaskOptions(self.config.filters.topics, keep_body=self.recorder is not None)
-            job = on_spark(get_session(self.config.spark), sources, options)
-            self._brokers = BrokerScrape(sources, job, self._clock)
-        return self._brokers
+        brokers = self.parts.brokers
+        if brokers is None:
+            brokers = broker_side_for(self.config, self.parts.clock,
+                                      keep_body=self.parts.recorder is not None)
+            self.parts = dataclasses.replace(self.parts, brokers=brokers)
+        return brokers
 
     def _aggregate(self, brokers: BrokerData, snapshot: Snapshot):
         bundles = snapshot.admin.bundles if snapshot.admin is not None else ()
@@ -155,7 +153,8 @@ class Exporter:
         t0 = time.perf_counter()
         if self._publish_seconds is not None:  # the previous publication's: this one is not over
             stages["publish"] = self._publish_seconds
-        reports = self.broker_reports.take(now) if self.broker_reports else None
+        parts = self.parts
+        reports = parts.broker_reports.take(now) if parts.broker_reports else None
         splits = self._broker_splits(reports, snapshot, now)
         with self._tally_lock:
             if self.tallies.exchange_seconds is not None:
@@ -167,16 +166,16 @@ class Exporter:
                                topics_filtered=self._filtered, topics_held=self._held,
                                subscription_ages=self.config.exposition.subscription_backlog_age,
                                max_topics=self.config.filters.max_topics,
-                               record_bytes=self.recorder.bytes if self.recorder else None,
-                               lease=self.lease.view() if self.lease else None)
+                               record_bytes=parts.recorder.bytes if parts.recorder else None,
+                               lease=parts.lease.view() if parts.lease else None)
             metrics = build(facts, decisions, snapshot.health, self.tallies,
-                            self.decider.participant, reports, splits)
+                            parts.decider.participant, reports, splits)
         body = render(metrics, topic_level=self.config.exposition.topic_level)
         body += process_body()
         status = view(self.config.cluster, now, decisions, snapshot.health, stages)
         degraded = tuple(f"source {h.source} down: {h.last_error_detail}"
                          for h in snapshot.health if not h.up)
-        self.state.publish(body, status, degraded=degraded)
+        parts.state.publish(body, status, degraded=degraded)
         self._publish_seconds = time.perf_counter() - t0
         return CycleReport(snapshot, decisions, status, body)
 
@@ -185,14 +184,14 @@ class Exporter:
         """Every broker's quota as it computes it, after this take's reports, under the
         limits the brokers have: Pulsar's groups when the admin side read them (the YAML's
         for any it lacks)."""
-        if reports is None or self.broker_splits is None:
+        splits = self.parts.broker_splits
+        if reports is None or splits is None:
             return None
         pulsar = snapshot.admin.resource_groups if snapshot.admin is not None else None
         try:
             for received in reports.reports:
-                self.broker_splits.accept(splits_report(received))
-            return self.broker_splits.splits({**self.config.resource_groups, **(pulsar or {})},
-                                             now)
+                splits.accept(splits_report(received))
+            return splits.splits({**self.config.resource_groups, **(pulsar or {})}, now)
         except Exception:  # never costs the cycle its publication
             log.exception("the brokers' quota model failed; their splits are not published")
             return None
@@ -216,7 +215,7 @@ class Exporter:
         last, rule = self._last_decisions, self.config.filters.topics
         choose = partial(stats_wanted, last, rule=rule, seen=self._seen[0],
                          stale=self._seen[1]) if last else None
-        admin = self._side.submit(self.admin_side.collect, choose)  # beside the Spark job
+        admin = self._side.submit(self.parts.admin_side.collect, choose)  # beside the Spark job
         brokers: BrokerData | None = None
         with stage("pipeline"):  # broker fetches, parse and per-broker tables: Spark tasks
             try:
@@ -229,7 +228,7 @@ class Exporter:
         seen = snapshot
         if brokers is not None:
             snapshot = dataclasses.replace(snapshot, health=brokers.health + snapshot.health)
-        now = self._clock()
+        now = self.parts.clock()
         decisions = self._last_decisions
         try:
             if brokers is None:
@@ -244,10 +243,12 @@ class Exporter:
             with stage("engine"):
                 decisions = self.decider.decide(agg, snapshot.admin, now)
             with stage("actions"):
-                self.enforcement.act(decisions, enforce=self.config.backlog_quotas.enforce,
-                                     evictor=self.evictor, tallies=self.tallies,
-                                     consumers=lambda: consumers_seen(agg), lease=self.lease,
-                                     system_cursors=self.config.backlog_quotas.evict_system_cursors)
+                quotas = self.config.backlog_quotas
+                acted = self.enforcement.act(
+                    decisions, enforce=quotas.enforce, evictor=self.parts.evictor,
+                    consumers=lambda: consumers_seen(agg), lease=self.parts.lease,
+                    system_cursors=quotas.evict_system_cursors)
+            self.tallies.count(acted)
             self._last_decisions = decisions
             self._last_success = now
             forgotten = self.tallies.forget_unseen((d.topic for d in decisions.topics), now,
@@ -261,7 +262,7 @@ class Exporter:
             else:
                 log.exception("check cycle failed after %s; keeping the last good decisions",
                               ", ".join(stages) or "nothing")
-        if self.recorder is not None and brokers is not None:
+        if self.parts.recorder is not None and brokers is not None:
             with stage("record"):
                 self._record(now, seen, brokers)
         self.tallies.check_duration = self.tallies.check_duration.observe(
@@ -284,14 +285,15 @@ class Exporter:
     def close(self) -> None:
         """Stop cleanly: a goodbye tells peers to drop our usage at once, and a standby
         takes the enforcer lease at its next cycle."""
-        if self.lease is not None:
-            self.lease.close()
-        if self.exchange is not None:
-            self.exchange.goodbye(self._clock())
-            self.exchange.close()
-        if self.broker_reports is not None:
-            self.broker_reports.close()
-        self.admin_side.close()
+        parts = self.parts
+        if parts.lease is not None:
+            parts.lease.close()
+        if parts.exchange is not None:
+            parts.exchange.goodbye(parts.clock())
+            parts.exchange.close()
+        if parts.broker_reports is not None:
+            parts.broker_reports.close()
+        parts.admin_side.close()
         self._side.shutdown(wait=False, cancel_futures=True)
 
     # --- usage exchange and reload -------------------------------------------------------
@@ -303,7 +305,7 @@ class Exporter:
         if exchange is None:
             return
         t0 = time.perf_counter()
-        now = self._clock()
+        now = self.parts.clock()
         inbound = exchange.receive(now)
         received, malformed = 0, 0
         for report in inbound.admitted:  # in arrival order: a goodbye, then a restart
@@ -324,7 +326,7 @@ class Exporter:
             exchange.gate.forget(peer)
         sent = bool(round_ and round_.reports and exchange.publish(round_.reports, now))
         with self._tally_lock:  # _record takes the heard reports under it too
-            if self.recorder is not None:
+            if self.parts.recorder is not None:
                 self._heard += [r for r in inbound.admitted if not r.goodbye]
             t = self.tallies
             t.reports_rejected.update(inbound.rejected)
@@ -337,15 +339,16 @@ class Exporter:
 
     def _record(self, now: float, snapshot: Snapshot, brokers: BrokerData) -> None:
         """Write what this cycle saw; a failure (disk full) is counted, never fatal."""
-        assert self.recorder is not None
+        recorder = self.parts.recorder
+        assert recorder is not None
         with self._tally_lock:
             reports, self._heard = tuple(self._heard), []
         try:
-            self.recorder.write(now, self.config_text, snapshot, brokers.health,
-                                brokers.bodies, reports)
+            recorder.write(now, self.config_text, snapshot, brokers.health, brokers.bodies,
+                           reports)
         except OSError as exc:
             self.tallies.record_failures += 1
-            log.error("cannot record this cycle in %s: %s", self.recorder.root, exc)
+            log.error("cannot record this cycle in %s: %s", recorder.root, exc)
 
     def _reload(self) -> None:
         if self.config_file is None:
@@ -361,38 +364,4 @@ class Exporter:
         old, self.config = self.config, new
         if self.config_file is not None:
             self.config_text = self.config_file.path.read_text()
-        self.decider.reconfigure(new)
-        if ((new.sources, new.backlog_quotas.source, new.resource_group_engine.source)
-                != (old.sources, old.backlog_quotas.source, old.resource_group_engine.source)):
-            self.admin_side.close()
-            self.admin_side = admin_side_for(new)
-        if ((new.sources.brokers, new.filters.topics) != (old.sources.brokers, old.filters.topics)
-                and self._brokers is not None):
-            self._brokers = None  # a new plan over the new endpoints, at the next cycle
-        if ((new.sources, new.backlog_quotas.enforce, new.backlog_quotas.lock_topic)
-                != (old.sources, old.backlog_quotas.enforce, old.backlog_quotas.lock_topic)):
-            self.evictor = evictor_for(new)
-            if self.lease is not None:
-                self.lease.close()
-            self.lease = lease_for(new)
-        engine_old, engine_new = old.resource_group_engine, new.resource_group_engine
-        if ((engine_new.topic, engine_new.report_interval, engine_new.report_signing,
-             new.sources.service_url)
-                != (engine_old.topic, engine_old.report_interval, engine_old.report_signing,
-                    old.sources.service_url)):
-            if self.exchange is not None:
-                self.exchange.close()
-            self.exchange = exchange_for(new, self._clock)
-        if ((engine_new.broker_reports_topic, engine_new.stale_after, new.sources.service_url)
-                != (engine_old.broker_reports_topic, engine_old.stale_after,
-                    old.sources.service_url)) and self._participate:
-            if self.broker_reports is not None:
-                self.broker_reports.close()
-            self.broker_reports = broker_reports_for(new)
-            self.broker_splits = None  # a new reader: what it hears starts afresh
-        if self.broker_reports is None:
-            self.broker_splits = None
-        elif (self.broker_splits is None
-              or (engine_new.report_interval, new.check_interval)
-              != (engine_old.report_interval, old.check_interval)):
-            self.broker_splits = broker_splits_for(new)
+        self.parts = reassemble(self.parts, old, new)

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, interval: float, cycle: Callable[[], None],
+    def __init__(self, interval: float, cycle: Callable[[], object],
                  on_skipped: Callable[[int], None] = lambda n: None,
                  clock: Callable[[], float] = time.monotonic):
         if interval <= 0:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from exporter.config.model import Config
 from exporter.config.reload import ConfigFile
 from exporter.pipeline import jvmarchive
-from exporter.record.store import Recorder
+from exporter.runtime.assembly import CycleRecorder, assemble
 from exporter.runtime.cycle import Exporter
 from exporter.server.http import build_server
 
@@ -36,13 +36,14 @@ def _exchange_rounds(exporter: Exporter, stop: threading.Event) -> threading.Thr
 
 def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         stop: threading.Event | None = None, config_file: ConfigFile | None = None,
-        recorder: Recorder | None = None) -> int:
+        recorder: CycleRecorder | None = None) -> int:
     """Serve until SIGTERM/SIGINT (or `stop` is set); reload `config_file` on SIGHUP or
     when it changes. Returns the exit status."""
     from exporter.runtime.scheduler import Scheduler
     from exporter.server.webconfig import load_web_config
 
-    exporter = Exporter(config, config_file=config_file, participate=True, recorder=recorder)
+    parts = assemble(config, participate=True, recorder=recorder)
+    exporter = Exporter(config, parts, config_file=config_file)
     server = build_server(config.exposition.listen, exporter.state,
                           load_web_config(config.exposition)).start()
     scheduler = Scheduler(config.check_interval,
@@ -59,7 +60,11 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         if config_file is not None:
             signal.signal(signal.SIGHUP, lambda *_: config_file.request())
     if stop is not None:
-        threading.Thread(target=lambda: (stop.wait(), stopping()), daemon=True).start()
+        def stop_when_set() -> None:
+            stop.wait()
+            stopping()
+
+        threading.Thread(target=stop_when_set, daemon=True).start()
     exchange_stop = threading.Event()
     exchange = _exchange_rounds(exporter, exchange_stop)
     log.info("serving on %s", server.url)

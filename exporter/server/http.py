@@ -277,8 +277,10 @@ class _HTTPServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         self.server_name, self.server_port = str(host), int(port)
 
-    def finish_request(self, request: socket.socket, client_address: tuple) -> None:
+    def finish_request(self, request: socket.socket | tuple[bytes, socket.socket],
+                       client_address: tuple) -> None:
         """Runs in the connection's own thread, so a slow TLS handshake blocks nobody."""
+        assert isinstance(request, socket.socket)  # a TCP server's: never a datagram's
         conn = request
         if self._tls is not None:
             request.settimeout(HANDSHAKE_TIMEOUT)
@@ -290,7 +292,8 @@ class _HTTPServer(ThreadingHTTPServer):
         with self._connections_lock:
             self._connections.add(conn)
         try:
-            self.RequestHandlerClass(conn, client_address, self)
+            # typeshed types the attribute with `Self`, which mypy does not bind here
+            self.RequestHandlerClass(conn, client_address, self)  # type: ignore[arg-type]
         except (ConnectionError, TimeoutError, ssl.SSLError) as e:
             log.debug("connection from %s ended: %s", client_address[0], e)
         finally:

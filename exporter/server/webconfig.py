@@ -135,8 +135,8 @@ class TlsContext:
         self._stamp = self._fingerprint()
         self._context = _server_context(tls)
 
-    def _fingerprint(self) -> tuple:
-        stamp = []
+    def _fingerprint(self) -> tuple[tuple[int, int, int] | None, ...]:
+        stamp: list[tuple[int, int, int] | None] = []
         for path in (self._tls.cert_file, self._tls.key_file):
             try:
                 st = os.stat(path)

@@ -330,7 +330,7 @@ class AdminScraper:
 
     def _recounted(self, errors: tuple[FetchFailed, ...]) -> tuple[FetchFailed, ...]:
         """An item the role may not read (bundle owners, policies without admin rights:
-        Permissions in the README) is refused at every walk; it is counted when first
+        Permissions in docs/design.md) is refused at every walk; it is counted when first
         refused, not again while it keeps being refused (seen within AUTH_FORGET_SECONDS),
         so the errors counter says so once instead of paging for ever."""
         now = self._clock()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from itertools import pairwise
+from typing import Literal, overload
 
 from exporter.sources.brokers import FetchFailure
 from exporter.sources.model import (
@@ -44,7 +45,16 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+@overload
+def _int(doc: Mapping, key: str, where: str, *, required: Literal[True]) -> int: ...
+
+
+@overload
+def _int(doc: Mapping, key: str, where: str, *, required: bool = False) -> int | None: ...
+
+
 def _int(doc: Mapping, key: str, where: str, *, required: bool = False) -> int | None:
+    """`required`: a missing key raises, so there is always a number."""
     value = _number(doc, key, where, required=required)
     return None if value is None else int(value)
 

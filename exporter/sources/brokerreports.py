@@ -19,7 +19,7 @@ class adds nothing; a replication series appears with the first report that carr
 than it) are counted (`unknown_fields`: reports and entries carrying any) and named in one log
 line per take; the rest of such a report is summed as usual.
 
-Read-only: we never publish there (our own reports have their own topic, configmodel
+Read-only: we never publish there (our own reports have their own topic, config/model.py's
 `USAGE_TOPIC`). A non-persistent topic keeps no history, so reports sent while we are not
 connected are not counted (PIP-82 accepts the same undercount). A payload that does not
 decode is counted by reason and logged once per take, never fatal. A broker silent for
@@ -185,7 +185,11 @@ def broker_reports_for(service_url: str | None, topic: str | None, stale_after: 
     if service_url is None or not topic:
         return None
     if channel is None:
-        from exporter.transport.channel import UsageChannel as channel
+        from exporter.transport.channel import UsageChannel
+
+        return BrokerReports(UsageChannel(service_url, topic, "broker-reports", read_only=True,
+                                          client_options=client_options),
+                             stale_after=stale_after)
     extra = {"client_options": client_options} if client_options else {}
     return BrokerReports(channel(service_url, topic, "broker-reports", read_only=True,
                                  **extra), stale_after=stale_after)

@@ -1,4 +1,5 @@
-"""What the sources hand on: admin stats, and every source's health.
+"""What the sources hand on: admin stats, Pulsar's backlog-quota policies, and every
+source's health.
 
 Broker bodies never reach the driver: they are fetched and parsed inside the cycle's Spark
 tasks (pipeline/scrape.py). A failing source keeps its last good data in use and says so
@@ -8,11 +9,11 @@ in its `SourceHealth`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
-from exporter.config.model import ResourceGroup
-from exporter.engine.quotas import PulsarQuotas
+from exporter.config.model import ResourceGroup, RetentionPolicy
 
 
 class ScrapeError(StrEnum):
@@ -70,6 +71,37 @@ class TopicStats:
     oldest_backlog_message_age_seconds: float | None  # None when absent or -1 (unknown)
     oldest_backlog_message_subscription: str | None
     subscriptions: tuple[SubscriptionStats, ...]
+
+
+class QuotaType(StrEnum):
+    """The `quota_type` label of PIP-323's eviction counters; Pulsar's BacklogQuotaType."""
+
+    TIME = "time"  # message_age
+    SIZE = "size"  # destination_storage
+
+
+@dataclass(frozen=True, slots=True)
+class TypedQuota:
+    """One of Pulsar's per-type quota entries: a limit (bytes for size, seconds for time;
+    negative, or a time of 0, is unlimited) and what the broker does on a breach."""
+
+    limit: float
+    policy: RetentionPolicy = RetentionPolicy.PRODUCER_REQUEST_HOLD
+
+
+def _frozen(m: Mapping | None = None) -> Mapping:
+    return MappingProxyType(dict(m or {}))
+
+
+@dataclass(frozen=True)
+class PulsarQuotas:
+    """Pulsar's backlog-quota policies as the admin REST reports them (sources/policies.py),
+    per quota type; the engine resolves them per topic (engine/quotas.py). A type missing
+    from a level's mapping is not set at that level."""
+
+    default: Mapping[QuotaType, TypedQuota] = field(default_factory=_frozen)  # broker's
+    namespaces: Mapping[str, Mapping[QuotaType, TypedQuota]] = field(default_factory=_frozen)
+    topics: Mapping[str, Mapping[QuotaType, TypedQuota]] = field(default_factory=_frozen)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ partition (`TopicName.getPartitionedTopicName`). A 405 (topic-level policies dis
 
 from __future__ import annotations
 
+import contextlib
 import math
 import urllib.error
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -35,9 +36,8 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from exporter.config.model import RetentionPolicy
-from exporter.engine.quotas import PulsarQuotas, QuotaType, TypedQuota
 from exporter.sources.brokers import FetchFailure
-from exporter.sources.model import ScrapeError
+from exporter.sources.model import PulsarQuotas, QuotaType, ScrapeError, TypedQuota
 
 A = TypeVar("A")
 T = TypeVar("T")
@@ -50,10 +50,10 @@ _BYTES_IN_GIGABYTE = 1024 ** 3  # BacklogQuotaImpl.BYTES_IN_GIGABYTE
 
 
 def _policy(value: object, where: str) -> RetentionPolicy:
-    try:
-        return RetentionPolicy(value)
-    except ValueError:
-        raise FetchFailure(ScrapeError.MALFORMED, f"{where}: unknown policy {value!r}") from None
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return RetentionPolicy(value)
+    raise FetchFailure(ScrapeError.MALFORMED, f"{where}: unknown policy {value!r}")
 
 
 def _limit(entry: Mapping, keys: Sequence[str], where: str) -> float:

@@ -205,7 +205,7 @@ class TopicBindings:
             return _UNSUPPORTED
         self._none_since = None
         for topic, group in answers:
-            self._read[topic] = (now, group)  # type: ignore[assignment]
+            self._read[topic] = (now, group)
         return None
 
 
@@ -246,7 +246,7 @@ class GroupCache:
         names = listed[0]
         read = dict(each(lambda n: (n, group_from_json(
             n, get(f"/admin/v2/resourcegroups/{quote(n, safe='')}"))), names))
-        self._groups = {n: read.get(n, self._groups.get(n)) for n in names
+        self._groups = {n: read[n] if n in read else self._groups[n] for n in names
                         if n in read or n in self._groups}
         self._read_bindings(each, get, namespaces)
         self._at = now

@@ -229,9 +229,9 @@ def encode(report: WireReport) -> bytes:
     _varint(out, report.sequence)
     _varint(out, _to_fixed("sent_at", report.sent_at, TIME_SCALE))
     groups: dict[bytes, dict[MonitoringClass, Entry]] = {}
-    for entry in sorted(report.entries, key=_order):
-        groups.setdefault(entry.resource_group.encode("utf-8"), {})[
-            MonitoringClass(entry.monitoring_class)] = entry
+    for e in sorted(report.entries, key=_order):
+        groups.setdefault(e.resource_group.encode("utf-8"), {})[
+            MonitoringClass(e.monitoring_class)] = e
     _varint(out, len(groups))
     previous = b""
     for name, classes in groups.items():

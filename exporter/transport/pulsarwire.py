@@ -180,8 +180,10 @@ def _text(view: memoryview, where: str) -> str:
 
 
 def _network(view: memoryview | None, where: str) -> NetworkUsage | None:
-    if view is None:
-        return None
+    return None if view is None else _network_usage(view, where)
+
+
+def _network_usage(view: memoryview, where: str) -> NetworkUsage:
     fields = _fields(view, where)
     return NetworkUsage(bytes=_one(fields, 1, int, where, "bytesPerPeriod"),
                         messages=_one(fields, 2, int, where, "messagesPerPeriod"))
@@ -207,7 +209,7 @@ def _replicator(view: memoryview, where: str) -> ReplicatorUsage:
     fields = _fields(view, where)
     local = _text(_one(fields, 1, memoryview, where, "localCluster"), where)
     remote = _text(_one(fields, 2, memoryview, where, "remoteCluster"), where)
-    return ReplicatorUsage(local, remote, _network(
+    return ReplicatorUsage(local, remote, _network_usage(
         _one(fields, 3, memoryview, where, "networkUsage"), f"{where} {remote!r}"))
 
 

@@ -17,6 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from exporter.actions.admin import AdminEvictor
 from exporter.actions.binary import BinaryEvictor
 from exporter.actions.orders import EvictionOrder, Performed
@@ -174,6 +176,7 @@ def test_evictions_of_a_topic_the_admin_urls_broker_does_not_own(
         by_admin: second.broker_id, by_binary: second.broker_id}  # nothing moved
 
 
+@pytest.mark.spark  # `check` runs a cycle with Spark
 def test_check_once_with_spark_reads_every_broker_at_the_url_an_operator_types(
         apache_cluster: ApacheCluster, tmp_path: Path) -> None:
     """The installed command, Spark and all, against both brokers' `/metrics` (302 →

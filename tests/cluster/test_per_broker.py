@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.cluster.helpers import one_topic_per_broker, produce_at
@@ -22,6 +23,9 @@ from tests.harness.exporter_process import ExporterProcess
 from tests.harness.pulsar import Metrics
 from tests.harness.wait import poll
 from tests.unit.test_helm_chart import render
+
+# Exporter processes (Spark) configured by the chart as Helm renders it.
+pytestmark = [pytest.mark.spark, pytest.mark.tools]
 
 LIMIT = 1000  # the group's messages per second
 RATES = (30.0, 10.0)  # produced on broker 1's topic, on broker 2's

@@ -1,6 +1,6 @@
 """One end-to-end scenario shared by the e2e tests (package scope: it is started once).
 
-pulsar-lite and a replay of a real Apache Pulsar broker's /metrics are the exporter's two
+pulsar-lite and a fake serving a real Apache Pulsar broker's recorded /metrics are the two
 sources; the exporter runs as a subprocess (`pulsar-quota-exporter run --config.file …`);
 Prometheus scrapes it every second and evaluates the generated rule files every second;
 Alertmanager runs the shipped example config with its receivers pointed at a webhook inside
@@ -35,6 +35,7 @@ from exporter.config.model import BROKER_USAGE_TOPIC, USAGE_TOPIC, MonitoringCla
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.gate import initial_sequence
 from tests.e2e.scenario import REPO, Scenario, Workload, rule_files
+from tests.fakes.metrics_server import FakeMetricsServer
 from tests.harness import resource_usage_info
 from tests.harness.exporter_process import ExporterProcess
 from tests.harness.process import require_binary
@@ -45,7 +46,6 @@ from tests.harness.prometheus import (
     alertmanager_config,
 )
 from tests.harness.pulsar import PulsarLite
-from tests.replay.metrics_replay import MetricsReplayServer
 
 CLUSTER = "e2e"
 JOB = "pulsar-quota-exporter"  # the job name the generated exporter alerts select
@@ -61,7 +61,7 @@ SIZE_LIMIT = "20KiB"
 STALLED_MESSAGES = 50
 
 
-def exporter_config(broker: PulsarLite, replay: MetricsReplayServer) -> dict[str, Any]:
+def exporter_config(broker: PulsarLite, replay: FakeMetricsServer) -> dict[str, Any]:
     return {
         "cluster": CLUSTER,
         "check_interval": "3s",
@@ -156,7 +156,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         stack.callback(webhook.stop)
         broker = PulsarLite(root / "pulsar-lite").start()
         stack.callback(broker.stop)
-        replay = MetricsReplayServer().start()
+        replay = FakeMetricsServer().start()
         stack.callback(replay.stop)
         # Spark's start dominates: launch the exporter first, do the rest meanwhile.
         exporter = ExporterProcess(root / "exporter", exporter_config(broker, replay),

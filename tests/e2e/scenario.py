@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.fakes.metrics_server import FakeMetricsServer
 from tests.harness.exporter_process import ExporterProcess
 from tests.harness.prometheus import Alertmanager, Prometheus, WebhookReceiver
 from tests.harness.pulsar import PulsarLite
-from tests.replay.metrics_replay import MetricsReplayServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ class Scenario:
     """Every running component of the e2e setup, and its workload."""
 
     broker: PulsarLite
-    replay: MetricsReplayServer
+    replay: FakeMetricsServer
     exporter: ExporterProcess
     prometheus: Prometheus
     alertmanager: Alertmanager

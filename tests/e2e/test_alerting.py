@@ -6,7 +6,6 @@ consumer catches up. Polling timeouts are generous; nothing asserts how fast it 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from tests.e2e.scenario import REPO, Scenario, rule_files
+from tests.harness import markdown
 from tests.harness.prometheus import Notification
 from tests.harness.wait import poll
 
@@ -36,24 +36,6 @@ def _seconds(duration: str) -> float:
     parts = re.findall(r"(\d+)(ms|s|m|h|d)", duration)
     assert parts and "".join(n + u for n, u in parts) == duration, duration
     return sum(int(n) * units[u] for n, u in parts)
-
-
-def github_anchors(markdown: str) -> set[str]:
-    """The fragment ids GitHub gives a Markdown file's headings (and explicit anchors)."""
-    anchors: set[str] = set(re.findall(r'<a\s+(?:name|id)="([^"]+)"', markdown))
-    seen: Counter[str] = Counter()
-    fenced = False
-    for line in markdown.splitlines():
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-            continue
-        match = None if fenced else re.match(r"^#{1,6}\s+(.+?)\s*#*\s*$", line)
-        if match is None:
-            continue
-        slug = re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-")
-        anchors.add(f"{slug}-{seen[slug]}" if seen[slug] else slug)
-        seen[slug] += 1
-    return anchors
 
 
 def _timestamp(value: str) -> float:
@@ -147,9 +129,9 @@ def test_stalled_backlog_pages_over_its_time_quota_and_resolves_after_catch_up(
     for text in annotations.values():
         assert "{{" not in text and "error expanding" not in text, text
     runbook = urlsplit(annotations["runbook_url"])
-    assert runbook.path.endswith("/README.md")
+    assert runbook.path.endswith("/RUNBOOK.md")
     assert runbook.fragment == AGE_ALERT.lower()
-    assert runbook.fragment in github_anchors((REPO / "README.md").read_text())
+    assert runbook.fragment in markdown.anchors((REPO / "RUNBOOK.md").read_text())
 
     # It crossed the quota after the stall began and stayed over it for the rule's `for`
     # (Prometheus sends startsAt = when the alert went from pending to firing).

@@ -121,14 +121,16 @@ def known(exc: BaseException) -> bool:
     return not isinstance(exc, Violation) and crash_site(exc) in KNOWN_CRASHES
 
 
-def fuzz_settings(max_examples: int):
-    """Bounded and reproducible: the whole of tests/fuzz runs in well under a minute on two
-    cores, the same inputs every run (tests/bench/fuzz.py explores for longer)."""
+def fuzz_settings(scale: float):
+    """Bounded and reproducible: `scale` times the examples of the Hypothesis profile loaded
+    (tests/conftest.py: 200 under `ci`, so 7.5 is 1500; 10 under `dev`), more for what runs
+    in memory, fewer for what goes through a server; the same inputs every run
+    (tests/bench/fuzz.py explores for longer)."""
     from hypothesis import HealthCheck, settings
 
-    return settings(max_examples=max_examples, deadline=None, derandomize=True,
-                    database=None, suppress_health_check=[HealthCheck.too_slow,
-                                                          HealthCheck.data_too_large])
+    return settings(max_examples=max(1, round(settings().max_examples * scale)), deadline=None,
+                    derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def tolerating_known(run: Callable[[], T]) -> T | None:

@@ -17,9 +17,9 @@ from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.brokers import FetchFailed
 from exporter.sources.policies import PolicyCache
 from exporter.sources.resourcegroups import GroupCache
+from tests.fakes.admin_server import PARTITIONED_TOPIC, TOPIC, FakeAdminServer
 from tests.fuzz import inputs
 from tests.fuzz.brokerserver import byte_ops
-from tests.replay.admin_replay import PARTITIONED_TOPIC, TOPIC, AdminReplayServer
 
 tree_ops = st.lists(st.tuples(st.integers(0, inputs.TREE_OPS - 1), st.integers(0, 1 << 20),
                               st.integers(0, 1 << 20)), min_size=1, max_size=4)
@@ -31,7 +31,7 @@ def test_every_seed_is_accepted() -> None:
         assert inputs.admin_answer(kind, body).accepted == 1, kind
 
 
-@inputs.fuzz_settings(1500)
+@inputs.fuzz_settings(7.5)
 @given(seed=seeds, ops=byte_ops)
 def test_a_mutated_json_body_is_converted_or_counted_as_malformed(
         seed: tuple[str, bytes], ops: list) -> None:
@@ -40,7 +40,7 @@ def test_a_mutated_json_body_is_converted_or_counted_as_malformed(
     inputs.tolerating_known(lambda: inputs.admin_answer(kind, mutated))
 
 
-@inputs.fuzz_settings(1500)
+@inputs.fuzz_settings(7.5)
 @given(seed=seeds, ops=tree_ops)
 def test_a_mutated_document_is_converted_or_counted_by_reason(
         seed: tuple[str, bytes], ops: list) -> None:
@@ -70,8 +70,8 @@ FUZZED = {STATS: "topic_stats", PARTITIONED: "partitioned_stats",
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[AdminReplayServer]:
-    with AdminReplayServer(token=None) as server:
+def replay() -> Iterator[FakeAdminServer]:
+    with FakeAdminServer(token=None) as server:
         seeds = dict(inputs.admin_seeds())
         for path, kind in EXTRA.items():
             server.routes[path] = seeds[kind]
@@ -80,11 +80,11 @@ def replay() -> Iterator[AdminReplayServer]:
         yield server
 
 
-@inputs.fuzz_settings(40)
+@inputs.fuzz_settings(0.2)
 @given(path=st.sampled_from(sorted(FUZZED)), ops=st.one_of(
     st.tuples(st.just("bytes"), byte_ops), st.tuples(st.just("tree"), tree_ops)))
 def test_the_walk_counts_bad_answers_by_reason_and_keeps_the_last_good_snapshot(
-        replay: AdminReplayServer, path: str, ops: tuple) -> None:
+        replay: FakeAdminServer, path: str, ops: tuple) -> None:
     scraper = AdminScraper(AdminSource(url=replay.url, timeout=2.0), max_concurrency=2,
                            policies=PolicyCache(), groups=GroupCache())
     good = scraper.scrape()

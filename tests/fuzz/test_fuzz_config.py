@@ -23,7 +23,7 @@ def test_every_seed_loads() -> None:
         assert inputs.config_mapping(data).accepted == 1
 
 
-@inputs.fuzz_settings(250)
+@inputs.fuzz_settings(1.25)
 @given(seed=st.sampled_from(inputs.config_texts()), ops=byte_ops)
 def test_a_mutated_file_loads_or_fails_naming_file_and_key_path(seed: bytes, ops: list) -> None:
     text = inputs.apply_bytes(seed, ops, inputs.CONFIG_WORDS)
@@ -32,7 +32,7 @@ def test_a_mutated_file_loads_or_fails_naming_file_and_key_path(seed: bytes, ops
         event(f"rejected: {next(iter(outcome.rejected))}" if outcome.rejected else "accepted")
 
 
-@inputs.fuzz_settings(1000)
+@inputs.fuzz_settings(5)
 @given(seed=st.sampled_from(inputs.config_mappings()), ops=tree_ops)
 def test_a_mutated_mapping_parses_or_fails_naming_file_and_key_path(seed: dict,
                                                                      ops: list) -> None:

@@ -51,8 +51,8 @@ from exporter.sources.adminjson import topic_stats_from_json
 from exporter.sources.brokers import FetchFailed, FetchFailure
 from exporter.sources.model import ScrapeError
 from exporter.sources.policies import broker_default_from_json
+from tests.fakes.admin_server import FakeAdminServer
 from tests.fuzz.brokerserver import BrokerServer, Response
-from tests.replay.admin_replay import AdminReplayServer
 
 UNLABELLED = b"# TYPE pulsar_lb_cpu_usage gauge\npulsar_lb_cpu_usage 12.5\n"
 BROKER = {"url": "http://broker:8080/metrics"}
@@ -137,7 +137,7 @@ def test_a_users_key_is_quoted_unambiguously_in_a_key_path(name: str, shown: str
 
 def test_admin_json_nested_past_the_decoders_depth_is_malformed() -> None:
     """json.loads raises RecursionError, which was filed as `other`."""
-    with AdminReplayServer(token=None) as replay:
+    with FakeAdminServer(token=None) as replay:
         replay.routes["/admin/v2/tenants"] = b"[" * 100_000 + b"]" * 100_000
         result = AdminScraper(AdminSource(url=replay.url, timeout=10.0)).scrape()
     assert isinstance(result.outcome, FetchFailed)

@@ -21,7 +21,7 @@ from tests.fuzz.brokerserver import BrokerServer, Response, mutated_bodies, resp
 GOOD = inputs.metrics_seed(0, 0, 0)  # the whole recorded Apache Pulsar 4.0 body
 
 
-@inputs.fuzz_settings(300)
+@inputs.fuzz_settings(1.5)
 @given(body=mutated_bodies(), piece=st.sampled_from((256, 4096, 1 << 20)))
 def test_a_mutated_body_is_parsed_or_rejected_as_malformed(body: bytes, piece: int) -> None:
     outcome = inputs.tolerating_known(lambda: inputs.metrics_body(body, piece))
@@ -43,7 +43,7 @@ def server() -> Iterator[BrokerServer]:
     s.stop()
 
 
-@inputs.fuzz_settings(40)
+@inputs.fuzz_settings(0.2)
 @given(answers=st.lists(responses(), min_size=1, max_size=3))
 def test_a_fetch_fails_only_by_a_known_reason_and_the_last_good_tables_stay(
         server: BrokerServer, answers: list[Response]) -> None:

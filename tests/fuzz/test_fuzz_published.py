@@ -71,7 +71,7 @@ def exporter_for(url: str, config_file: Path | None = None) -> Exporter:
                     config_file=ConfigFile(config_file, config) if config_file else None)
 
 
-@inputs.fuzz_settings(40)
+@inputs.fuzz_settings(0.2)
 @given(answers=st.lists(rejected_responses(), min_size=1, max_size=3))
 def test_a_rejected_fetch_after_a_good_one_leaves_every_published_series(
         broker: BrokerServer, answers: list[Response]) -> None:
@@ -98,7 +98,7 @@ def test_a_rejected_fetch_after_a_good_one_leaves_every_published_series(
         exporter.close()
 
 
-@inputs.fuzz_settings(40)
+@inputs.fuzz_settings(0.2)
 @given(ops=byte_ops.filter(bool))
 def test_a_rejected_config_reload_leaves_the_running_config_and_every_series(
         broker: BrokerServer, ops: list) -> None:

@@ -33,7 +33,7 @@ def test_every_seed_report_is_admitted_signed_or_not() -> None:
             assert outcome.accepted == 1, (report, outcome)
 
 
-@inputs.fuzz_settings(300)
+@inputs.fuzz_settings(1.5)
 @given(rng=st.randoms(use_true_random=False), signed=st.booleans(),
        sends=st.lists(st.tuples(st.sampled_from(inputs.SIGNING_MODES), byte_ops,
                                 st.integers(0, 2)), min_size=1, max_size=4))
@@ -51,7 +51,7 @@ def test_every_payload_is_admitted_canonical_or_rejected_by_reason(
         event(f"rejected: {reason}")
 
 
-@inputs.fuzz_settings(1000)
+@inputs.fuzz_settings(5)
 @given(data=st.binary(max_size=300))
 def test_random_bytes_decode_or_are_refused_and_accepted_ones_are_canonical(data: bytes) -> None:
     exch, channel = inputs.exchange(signed=False)
@@ -62,7 +62,7 @@ def test_random_bytes_decode_or_are_refused_and_accepted_ones_are_canonical(data
         assert encode(decoded) == data
 
 
-@inputs.fuzz_settings(1500)
+@inputs.fuzz_settings(7.5)
 @given(seed=st.sampled_from(inputs.broker_report_seeds()), ops=byte_ops)
 def test_a_mutated_broker_report_is_decoded_or_counted_by_reason(seed: bytes, ops: list) -> None:
     payload = inputs.apply_bytes(seed, ops, inputs.REPORT_WORDS)

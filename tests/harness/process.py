@@ -17,8 +17,8 @@ from pathlib import Path
 
 from tests.harness.wait import poll
 
-__all__ = ["ComponentMissing", "ManagedProcess", "ProcessFailed", "group_members", "http_get",
-           "require_binary"]
+__all__ = ["PACKAGES", "ComponentMissing", "ManagedProcess", "ProcessFailed", "group_members",
+           "http_get", "require_binary"]
 
 
 class ComponentMissing(RuntimeError):
@@ -29,12 +29,19 @@ class ProcessFailed(RuntimeError):
     """A process exited when it should be serving (the message carries its log's tail)."""
 
 
+# The Debian package of each program the tests run (`./dev test` installs them as root).
+PACKAGES = {"prometheus": "prometheus", "promtool": "prometheus",
+            "prometheus-alertmanager": "prometheus-alertmanager",
+            "amtool": "prometheus-alertmanager", "openssl": "openssl", "chromium": "chromium"}
+
+
 def require_binary(name: str) -> str:
-    """The path of `name` on PATH (Debian: `prometheus`, `prometheus-alertmanager`)."""
+    """The path of `name` on PATH; missing, ComponentMissing naming its Debian package."""
     path = shutil.which(name)
     if path is None:
-        raise ComponentMissing(
-            f"{name} not found on PATH: apt-get install prometheus prometheus-alertmanager")
+        raise ComponentMissing(f"{name} not found on PATH: apt-get install -y "
+                               f"--no-install-recommends {PACKAGES.get(name, name)} "
+                               "(./dev test does it)")
     return path
 
 

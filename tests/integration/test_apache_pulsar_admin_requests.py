@@ -8,20 +8,18 @@ from __future__ import annotations
 
 from collections import Counter
 
-from exporter.config.load import parse
 from exporter.runtime.cycle import CycleReport, Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.counting_proxy import CountingProxy, kind
-from tests.harness.livebrokers import LiveBrokers
+from tests.harness.exporter_config import live_exporter, one_broker
 
 PAYLOAD = 200
 TOPICS = 12  # per namespace
 
 
 def _exporter(broker: ApachePulsar, admin_url: str) -> Exporter:
-    config = {"cluster": broker.cluster, "check_interval": "1s",
-              "sources": {"brokers": [{"url": broker.metrics_url}], "admin": {"url": admin_url}}}
-    return Exporter(parse(config, "requests.yaml"), brokers=LiveBrokers(broker))
+    config = one_broker(broker, check_interval="1s", admin={"url": admin_url})
+    return live_exporter(broker, "requests", config)
 
 
 def _mine(report: CycleReport, namespaces: list[str]) -> dict[str, dict]:

@@ -45,9 +45,12 @@ from exporter.sources.model import ScrapeError
 from exporter.sources.policies import PolicyCache
 from exporter.transport.client import client_options
 from tests.harness.apache_pulsar import poll
-from tests.harness.livebrokers import LiveBrokers
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.pulsar import Metrics
 from tests.harness.secured_pulsar import SecuredPulsar, token
+
+# The broker (SecuredPulsar) is an Apache Pulsar standalone with certificates made by openssl.
+pytestmark = [pytest.mark.apache, pytest.mark.tools]
 
 PAYLOAD = 200
 MESSAGES = 100
@@ -99,16 +102,14 @@ def _exporter(broker: SecuredPulsar, credentials: Path, namespace: str, lock: st
               name: str) -> Exporter:
     """One role for everything the exporter asks the broker: the admin walk, evictions
     (admin REST) and the lease (binary protocol)."""
-    config = {"cluster": broker.cluster, "check_interval": "1s",
-              "sources": {"brokers": [{"url": broker.metrics_url}],
-                          "admin": {"url": broker.web_url, "token_file": str(credentials),
-                                    "namespaces": [namespace]},
-                          "service_url": broker.service_url,
-                          "service_token_file": str(credentials)},
-              "backlog_quotas": {"enforce": True, "lock_topic": lock, "namespaces": {
-                  namespace: {"limit_size": LIMIT, "policy": "consumer_backlog_eviction"}}},
-              "resource_group_engine": {"participant": name}}
-    return Exporter(parse(config, f"{name}.yaml"), brokers=LiveBrokers(broker))
+    config = one_broker(
+        broker, check_interval="1s",
+        admin={"url": broker.web_url, "token_file": str(credentials), "namespaces": [namespace]},
+        service_url=True, sources={"service_token_file": str(credentials)},
+        backlog_quotas={"enforce": True, "lock_topic": lock, "namespaces": {
+            namespace: {"limit_size": LIMIT, "policy": "consumer_backlog_eviction"}}},
+        resource_group_engine={"participant": name})
+    return live_exporter(broker, name, config)
 
 
 def _state(metrics: Metrics) -> str | None:

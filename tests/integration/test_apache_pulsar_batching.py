@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import time
 
-from exporter.config.load import parse
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
-from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.livebrokers import LiveBrokers
 
 BATCH = 10
@@ -48,10 +47,9 @@ def test_a_batched_backlog_is_not_read_as_younger(apache_pulsar: ApachePulsar) -
     namespace = apache_pulsar.create_namespace("batched")
     topic = f"persistent://{namespace}/t"
     apache_pulsar.create_subscription(topic, "stalled")
-    config = parse({"cluster": apache_pulsar.cluster, "check_interval": "1s",
-                    "sources": {"brokers": [{"url": apache_pulsar.metrics_url}]}},
-                   "batching.yaml")
-    exporter = Exporter(config, brokers=WithoutBrokerAge(apache_pulsar))
+    exporter = live_exporter(apache_pulsar, "batching",
+                             one_broker(apache_pulsar, check_interval="1s"),
+                             brokers=WithoutBrokerAge(apache_pulsar))
     try:
         exporter.cycle()
         first = time.time()

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 from exporter.actions.lease import LeaseState
-from exporter.config.load import parse
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.exporter_process import ExporterProcess
-from tests.harness.livebrokers import LiveBrokers
 from tests.harness.pulsar import Metrics
 
 PAYLOAD = 200
@@ -29,19 +28,16 @@ ENFORCER = "pulsar_quota_exporter_enforcer"
 
 
 def _config(broker: ApachePulsar, topic: str, lock: str, name: str) -> dict:
-    return {"cluster": broker.cluster, "check_interval": "1s",
-            "sources": {"brokers": [{"url": broker.metrics_url}],
-                        "service_url": broker.service_url, "admin": {"url": broker.web_url}},
-            "backlog_quotas": {"enforce": True, "lock_topic": lock, "topics": {
-                topic: {"limit_size": LIMIT, "policy": "consumer_backlog_eviction"}}},
-            "resource_group_engine": {"participant": name},
-            "spark": {"master": "local[1]"}}
+    return one_broker(broker, check_interval="1s", admin=True, service_url=True,
+                      backlog_quotas={"enforce": True, "lock_topic": lock, "topics": {
+                          topic: {"limit_size": LIMIT, "policy": "consumer_backlog_eviction"}}},
+                      resource_group_engine={"participant": name},
+                      spark={"master": "local[1]"})
 
 
 def _in_process(broker: ApachePulsar, topic: str, lock: str, name: str) -> Exporter:
     """An exporter in this process, its broker side read without Spark."""
-    return Exporter(parse(_config(broker, topic, lock, name), f"{name}.yaml"),
-                    brokers=LiveBrokers(broker))
+    return live_exporter(broker, name, _config(broker, topic, lock, name))
 
 
 def _state(body: bytes | Metrics) -> str | None:

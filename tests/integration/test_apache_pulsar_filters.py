@@ -13,9 +13,12 @@ import pytest
 from exporter.config.load import parse
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
+from tests.harness.exporter_config import one_broker
 from tests.harness.pulsar import Metrics
 
-pytestmark = pytest.mark.timeout(600)
+# The exporter here fetches and parses in Spark (no broker side injected).
+pytestmark = [pytest.mark.timeout(600), pytest.mark.spark]
+
 AGE = "pulsar_storage_backlog_age_seconds"
 SIZE = "pulsar_storage_backlog_size"
 WOULD_EVICT = "pulsar_storage_backlog_quota_would_evict_total"
@@ -24,16 +27,14 @@ HOLDER = "pulsar_storage_backlog_oldest_subscription_info"
 
 
 def _exporter(broker: ApachePulsar, namespace: str, **extra: object) -> Exporter:
-    config = parse({
-        "cluster": broker.cluster, "check_interval": "2s",
-        "sources": {"brokers": [{"url": broker.metrics_url}]},
+    config = one_broker(
+        broker,
         # a dry run: every topic here is over its quota and counted as would-evict
-        "backlog_quotas": {"namespaces": {namespace: {
+        backlog_quotas={"namespaces": {namespace: {
             "limit_time": "1s", "policy": "consumer_backlog_eviction"}}},
-        "spark": {"master": "local[2]"},
-        **extra,
-    }, "filters.yaml")
-    return Exporter(config)
+        spark={"master": "local[2]"},
+        **extra)
+    return Exporter(parse(config, "filters.yaml"))  # its broker side in Spark
 
 
 def _cycle(exporter: Exporter) -> Metrics:

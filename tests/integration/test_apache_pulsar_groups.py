@@ -12,10 +12,9 @@ import uuid
 import pulsar
 import pytest
 
-from exporter.config.load import parse
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
-from tests.harness.livebrokers import LiveBrokers
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.pulsar import Metrics
 
 QUOTA = 50  # messages per second, the group's publish quota in Pulsar
@@ -38,10 +37,7 @@ def _forget(broker: ApachePulsar, group: str, namespace: str) -> None:
 
 
 def _exporter(broker: ApachePulsar, **settings: object) -> Exporter:
-    config = parse({"cluster": broker.cluster, "check_interval": "2s",
-                    "sources": {"brokers": [{"url": broker.metrics_url}],
-                                "admin": {"url": broker.web_url}}, **settings}, "groups.yaml")
-    return Exporter(config, brokers=LiveBrokers(broker))
+    return live_exporter(broker, "groups", one_broker(broker, admin=True, **settings))
 
 
 def _publish_view(exporter: Exporter, group: str) -> dict:

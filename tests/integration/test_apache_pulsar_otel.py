@@ -24,6 +24,9 @@ from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.fixtures import FIXTURES
 from tests.harness.pulsar import Metrics
 
+# Besides the session's broker, a module fixture starts an Apache Pulsar of its own.
+pytestmark = pytest.mark.apache
+
 OTEL_FIXTURE = FIXTURES / "apache-pulsar-4.0.8-otel-metrics.txt"
 CLASSIC_FIXTURE = FIXTURES / "apache-pulsar-4.0.8-otel-classic-metrics.txt"
 AGE = "pulsar_broker_topic_storage_backlog_age_seconds"

@@ -25,7 +25,11 @@ from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.cycle import CycleReport, Exporter
 from exporter.server.http import Server, build_server
 from tests.harness.apache_pulsar import ApachePulsar, poll
+from tests.harness.exporter_config import one_broker
 from tests.harness.pulsar import Metrics
+
+# Its broker is an Apache Pulsar of its own, stopped and restarted.
+pytestmark = pytest.mark.apache
 
 BACKLOG = "pulsar_storage_backlog_size"
 UP = "pulsar_quota_exporter_source_up"
@@ -64,10 +68,7 @@ def _backlogged(broker: ApachePulsar, prefix: str, name: str, messages: int) -> 
 
 
 def _exporter(broker: ApachePulsar, *, admin: bool) -> tuple[Config, Exporter]:
-    sources: dict = {"brokers": [{"url": broker.metrics_url, "timeout": "5s"}]}
-    if admin:
-        sources["admin"] = {"url": broker.web_url, "timeout": "5s"}
-    config = parse({"cluster": broker.cluster, "check_interval": "5s", "sources": sources},
+    config = parse(one_broker(broker, check_interval="5s", admin=admin, timeout="5s"),
                    "outage.yaml")
     brokers = config.sources.brokers
     return config, Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)))

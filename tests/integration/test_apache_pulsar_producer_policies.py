@@ -17,10 +17,8 @@ import time
 import pulsar
 import pytest
 
-from exporter.config.load import parse
-from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
-from tests.harness.livebrokers import LiveBrokers
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.pulsar import Metrics
 
 LIMIT_BYTES = 64 * 1024
@@ -88,10 +86,7 @@ def _new_producer(broker: ApachePulsar, topic: str) -> BaseException | None:
 def _decision(broker: ApachePulsar, topic: str) -> tuple[dict, Metrics]:
     """The exporter's `check` view of `topic` (Pulsar's own quotas, read over admin REST),
     and its /metrics."""
-    config = parse({"cluster": broker.cluster, "check_interval": "2s",
-                    "sources": {"brokers": [{"url": broker.metrics_url}],
-                                "admin": {"url": broker.web_url}}}, "quotas.yaml")
-    exporter = Exporter(config, brokers=LiveBrokers(broker))
+    exporter = live_exporter(broker, "quotas", one_broker(broker, admin=True))
     try:
         report = exporter.cycle()
         views = {t["topic"]: t for t in report.status["topics"]}

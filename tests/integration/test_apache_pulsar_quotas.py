@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 
-from exporter.config.load import parse
 from exporter.config.model import AdminSource, BacklogQuotas, PolicySource
-from exporter.engine.quotas import QuotaType, resolve
+from exporter.engine.quotas import resolve
 from exporter.runtime.cycle import Exporter
 from exporter.sources.admin import AdminFetched, AdminScraper
+from exporter.sources.model import QuotaType
 from exporter.sources.policies import PolicyCache
 from tests.harness.apache_pulsar import ApachePulsar, poll
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.livebrokers import LiveBrokers
 from tests.harness.pulsar import Metrics
 
@@ -45,14 +46,9 @@ def _set_quota(broker: ApachePulsar, base: str, kind: str, quota: dict) -> None:
 
 def _exporter(broker: ApachePulsar, quotas: dict, *, admin: bool = True) -> tuple[
         Exporter, LiveBrokers]:
-    sources: dict = {"brokers": [{"url": broker.metrics_url}],
-                     "service_url": broker.service_url}
-    if admin:
-        sources["admin"] = {"url": broker.web_url}
-    config = parse({"cluster": broker.cluster, "check_interval": "2s", "sources": sources,
-                    "backlog_quotas": quotas}, "quotas.yaml")
+    config = one_broker(broker, admin=admin, service_url=True, backlog_quotas=quotas)
     live = LiveBrokers(broker)
-    return Exporter(config, brokers=live), live
+    return live_exporter(broker, "quotas", config, brokers=live), live
 
 
 # --- Pulsar's policies, resolved per type ---------------------------------------------------

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.load import parse
-from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
-from tests.harness.livebrokers import LiveBrokers
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.pulsar import Metrics
+
+# Two Apache Pulsar standalones of its own, replicating.
+pytestmark = pytest.mark.apache
 
 NAMESPACE = "geo/ns"
 RATE = 40  # messages per second published on c1
@@ -67,12 +68,9 @@ def test_replication_usage_is_what_the_replicators_sent(
         geo: tuple[ApachePulsar, ApachePulsar]) -> None:
     c1, _ = geo
     topic = f"persistent://{NAMESPACE}/pay"
-    config = parse({"cluster": "c1", "check_interval": "2s",
-                    "sources": {"brokers": [{"url": c1.metrics_url}]},
-                    "resource_groups": {"geo": {
-                        "replication_dispatch": {"messages_per_second": LIMIT},
-                        "namespaces": [NAMESPACE]}}}, "replication.yaml")
-    exporter = Exporter(config, brokers=LiveBrokers(c1))
+    config = one_broker(c1, cluster="c1", resource_groups={"geo": {
+        "replication_dispatch": {"messages_per_second": LIMIT}, "namespaces": [NAMESPACE]}})
+    exporter = live_exporter(c1, "replication", config)
     stop = threading.Event()
     producer = threading.Thread(target=_publish, args=(c1, topic, stop))
     producer.start()

@@ -9,11 +9,10 @@ import threading
 import time
 import uuid
 
-from exporter.config.load import parse
 from exporter.config.model import BROKER_USAGE_TOPIC, USAGE_TOPIC
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
-from tests.harness.livebrokers import LiveBrokers
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.pulsar import Metrics
 
 RATE = 40  # messages per second produced into the group
@@ -21,16 +20,13 @@ SECONDS = 6
 
 
 def _exporter(broker: ApachePulsar, group: str, namespace: str) -> Exporter:
-    config = parse({
-        "cluster": broker.cluster, "check_interval": "2s",
-        "sources": {"brokers": [{"url": broker.metrics_url}], "admin": {"url": broker.web_url},
-                    "service_url": broker.service_url},
-        "resource_groups": {group: {"publish": {"messages_per_second": 1000},
-                                    "namespaces": [namespace]}},
-        "resource_group_engine": {"participant": "it-exporter", "report_interval": "2s",
-                                  "stale_after": "30s"},
-    }, "resource-usage.yaml")
-    return Exporter(config, brokers=LiveBrokers(broker), participate=True)
+    config = one_broker(
+        broker, admin=True, service_url=True,
+        resource_groups={group: {"publish": {"messages_per_second": 1000},
+                                 "namespaces": [namespace]}},
+        resource_group_engine={"participant": "it-exporter", "report_interval": "2s",
+                               "stale_after": "30s"})
+    return live_exporter(broker, "resource-usage", config, participate=True)
 
 
 def _produce(broker: ApachePulsar, topic: str, stop: threading.Event, sent: list[int]) -> None:

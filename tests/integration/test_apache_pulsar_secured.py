@@ -21,6 +21,9 @@ from exporter.transport.client import client_options
 from tests.harness.apache_pulsar import poll
 from tests.harness.secured_pulsar import SecuredPulsar
 
+# The broker (SecuredPulsar) is an Apache Pulsar standalone with certificates made by openssl.
+pytestmark = [pytest.mark.apache, pytest.mark.tools]
+
 TOPIC = "non-persistent://public/default/secured-exchange"
 
 

@@ -9,10 +9,8 @@ import time
 
 import pulsar
 
-from exporter.config.load import parse
-from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
-from tests.harness.livebrokers import LiveBrokers
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.pulsar import Metrics
 
 AGE = "pulsar_subscription_storage_backlog_age_seconds"
@@ -30,11 +28,9 @@ def test_two_subscriptions_of_one_topic_at_their_own_ages(apache_pulsar: ApacheP
                  {"limitTime": 3600, "policy": "producer_request_hold"})
     topic = f"persistent://{namespace}/t"
     broker.create_subscription(topic, "old")
-    config = {"cluster": broker.cluster, "check_interval": "1s",
-              "sources": {"brokers": [{"url": broker.metrics_url}],
-                          "admin": {"url": broker.web_url}},
-              "exposition": {"subscription_backlog_age": True}}
-    exporter = Exporter(parse(config, "subages.yaml"), brokers=LiveBrokers(broker))
+    config = one_broker(broker, check_interval="1s", admin=True,
+                        exposition={"subscription_backlog_age": True})
+    exporter = live_exporter(broker, "subages", config)
     try:
         for _ in range(2):
             exporter.cycle()

@@ -6,10 +6,9 @@ subscriptions are cut; a namespace's `__change_events` topic is never over its q
 
 from __future__ import annotations
 
-from exporter.config.load import parse
 from exporter.runtime.cycle import CycleReport, Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
-from tests.harness.livebrokers import LiveBrokers
+from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.pulsar import Metrics
 
 PAYLOAD = 200
@@ -17,12 +16,11 @@ FAILED = "pulsar_quota_exporter_evictions_failed_total"
 
 
 def _exporter(broker: ApachePulsar, namespace: str, quota: dict, **options: object) -> Exporter:
-    config = {"cluster": broker.cluster, "check_interval": "1s",
-              "sources": {"brokers": [{"url": broker.metrics_url}],
-                          "service_url": broker.service_url, "admin": {"url": broker.web_url}},
-              "backlog_quotas": {"enforce": True, "namespaces": {namespace: quota},
-                                 "lock_topic": f"persistent://{namespace}/lock", **options}}
-    return Exporter(parse(config, "system.yaml"), brokers=LiveBrokers(broker))
+    config = one_broker(broker, check_interval="1s", admin=True, service_url=True,
+                        backlog_quotas={"enforce": True, "namespaces": {namespace: quota},
+                                        "lock_topic": f"persistent://{namespace}/lock",
+                                        **options})
+    return live_exporter(broker, "system", config)
 
 
 def _backlogs(broker: ApachePulsar, topic: str) -> dict[str, int]:

@@ -20,7 +20,8 @@ from exporter.config.model import USAGE_TOPIC, MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from tests.harness.fleet import RG, Fleet
 
-pytestmark = pytest.mark.timeout(900)
+# A fleet of exporter processes (Spark), each on a pulsar-lite broker of its own.
+pytestmark = [pytest.mark.timeout(900), pytest.mark.lite, pytest.mark.spark]
 
 QUOTA = 100.0
 DEMANDS = {"p-a": 10.0, "p-b": 50.0, "p-c": 30.0}

@@ -15,7 +15,8 @@ from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.signing import seal
 from tests.harness.fleet import RG, Fleet
 
-pytestmark = pytest.mark.timeout(900)
+# A fleet of exporter processes (Spark), each on a pulsar-lite broker of its own.
+pytestmark = [pytest.mark.timeout(900), pytest.mark.lite, pytest.mark.spark]
 
 QUOTA = 100.0
 DEMANDS = {"s-a": 10.0, "s-b": 50.0, "s-c": 30.0}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pulsar
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.actions.admin import AdminEvictor
@@ -151,6 +151,7 @@ def test_missing_topic_is_skipped_and_not_created(pulsar_lite: PulsarLite,
     assert not metrics.find("pulsar_subscription_back_log", subscription="no-such-subscription")
 
 
+@pytest.mark.lite  # a broker of its own, stopped
 def test_broker_down_fails_with_a_reason(tmp_path: Path) -> None:
     down = PulsarLite(tmp_path / "down").start()
     down.stop()
@@ -195,7 +196,6 @@ def test_invalid_orders_are_rejected(kwargs: dict) -> None:
         EvictionOrder(**args)
 
 
-@settings(max_examples=200, deadline=None)
 @given(before=st.floats(min_value=1.0, max_value=4e9, allow_nan=False),
        offset=st.integers(min_value=-3, max_value=3))
 def test_cutoff_ms_keeps_exactly_what_is_not_before_the_cut(before: float, offset: int) -> None:

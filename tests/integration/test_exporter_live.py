@@ -20,6 +20,9 @@ from exporter.pipeline.lastgood import HOLD_CYCLES
 from exporter.runtime.cycle import Exporter
 from tests.harness.wait import poll
 
+# pulsar-lite started by each test, and the exporter in this process with Spark.
+pytestmark = [pytest.mark.lite, pytest.mark.spark]
+
 TOPIC = "persistent://public/live/stalled"
 
 

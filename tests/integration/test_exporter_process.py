@@ -28,6 +28,9 @@ from tests.harness.process import ManagedProcess
 from tests.harness.pulsar import Metrics, PulsarLite, pulsar_lite_fixture
 from tests.harness.wait import poll
 
+# The exporter processes start Spark (one test only checks a config error).
+pytestmark = pytest.mark.spark
+
 pulsar_lite = pulsar_lite_fixture()
 
 NAMESPACE = "public/proc"
@@ -231,6 +234,7 @@ def _demo_brokers() -> list[int]:
     return found
 
 
+@pytest.mark.lite  # the demo's embedded broker
 def test_the_demo_stops_its_embedded_broker_on_sigterm(tmp_path: Path) -> None:
     """As a service manager (or `timeout -s TERM`) stops it: the demo exits 143 and its
     broker, in a process group of its own, goes with it."""

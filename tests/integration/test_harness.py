@@ -80,6 +80,7 @@ def test_metrics_parser_reads_labels_and_values() -> None:
     assert metrics.subscription("pulsar_subscription_back_log", "persistent://t/n/x", "s") == 7
 
 
+@pytest.mark.lite  # a broker of its own
 def test_restart_keeps_backlog_and_acknowledgements(tmp_path: Path) -> None:
     topic = _topic("restart")
     with PulsarLite(tmp_path / "broker") as broker:

@@ -30,7 +30,8 @@ DEMO_SECONDS = 60
 DEMO_TOPICS = ("persistent://public/default/orders", "persistent://public/demo-time/stalled",
                "persistent://public/demo-size/bulk")
 
-pytestmark = pytest.mark.timeout(600)
+# A wheel built and installed with its dependencies into a fresh virtualenv.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.install]
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ def test_generate_refuses_outside_a_checkout(installed: Installed):
     assert sorted(p.name for p in site.iterdir()) == before  # no README.md, no dashboards/
 
 
+@pytest.mark.lite  # the demo's broker and Spark
+@pytest.mark.spark
 def test_demo_runs_and_prints_decisions(installed: Installed):
     started = time.monotonic()
     done = installed.run("demo", "--duration", str(DEMO_SECONDS), timeout=DEMO_SECONDS + 180)

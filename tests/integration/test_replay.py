@@ -7,7 +7,6 @@ report.json, the plots and report.html, which a real headless Chromium loads."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -24,7 +23,8 @@ from exporter.record.store import Recorder, read_cycles
 from exporter.runtime.cycle import Exporter
 from tests.harness.exporter_process import run_cli
 
-pytestmark = pytest.mark.timeout(600)
+# A live run against pulsar-lite, recorded and replayed with Spark.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.lite, pytest.mark.spark]
 TOPIC = "persistent://public/replay/stalled"
 CYCLES = 6
 GAP = 2.0  # seconds between recorded cycles
@@ -119,7 +119,8 @@ def test_a_tighter_quota_evicts_where_the_recorded_age_passed_it(recorded):
     assert not any(t["evict"] for d in live for t in d["topics"])  # live evicted nothing
 
 
-def test_the_replay_command_writes_the_report_and_a_browser_loads_it(recorded, tmp_path):
+def test_the_replay_command_writes_the_report_and_a_browser_loads_it(recorded, tmp_path,
+                                                                     chromium):
     root, live_map, _ = recorded
     whatif = tmp_path / "whatif.yaml"
     whatif.write_text(yaml.safe_dump({**live_map, "backlog_quotas": {"namespaces": {
@@ -139,10 +140,8 @@ def test_the_replay_command_writes_the_report_and_a_browser_loads_it(recorded, t
     publish = [r for r in rounds if r["monitoring_class"] == "publish"]
     assert [r["cycle"] for r in publish] == list(range(CYCLES))
     assert publish[-1]["local_quota"]["messages_per_second"] == 100  # alone: the whole quota
-    browser = shutil.which("chromium")
-    assert browser, "chromium is needed (./dev test installs Debian's chromium)"
     dom = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
          "--virtual-time-budget=5000", "--dump-dom", (out / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120)
     assert 'data-images-loaded="3"' in dom.stdout, (dom.stdout[-2000:], dom.stderr[-2000:])

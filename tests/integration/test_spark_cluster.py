@@ -26,6 +26,9 @@ from tests.harness.fixtures import FIXTURES
 from tests.harness.loopback import LoopbackHTTP
 from tests.harness.synthetic import BodySpec, body_text, expected_totals
 
+# A Spark standalone cluster, and local Spark beside it.
+pytestmark = pytest.mark.spark
+
 SPECS = {"a": BodySpec(topics=300, namespaces=4, broker=0),
          "b": BodySpec(topics=200, namespaces=3, broker=1)}
 BODIES = {

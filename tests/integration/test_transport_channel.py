@@ -197,6 +197,7 @@ def test_constructing_without_a_broker_does_not_fail() -> None:
     assert not channel.thread_alive
 
 
+@pytest.mark.lite  # a broker of its own
 def test_broker_loss_gives_not_sent_and_a_restart_reconnects(tmp_path: Path) -> None:
     broker = PulsarLite(tmp_path / "broker").start()
     topic = _topic()

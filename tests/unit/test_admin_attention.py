@@ -21,11 +21,12 @@ from exporter.config.model import (
 from exporter.engine.attention import disagrees, stats_wanted
 from exporter.engine.backlog import SubscriptionBacklog, TimeSource, TopicBacklogState, check
 from exporter.engine.decide import Decisions
-from exporter.engine.quotas import PulsarQuotas, QuotaType, TypedQuota, resolve
+from exporter.engine.quotas import resolve
 from exporter.pipeline.lastgood import LastGood
 from exporter.sources.admin import AdminFetched, AdminScraper
+from exporter.sources.model import PulsarQuotas, QuotaType, TypedQuota
 from exporter.sources.policies import PolicyCache
-from tests.replay.admin_replay import PARTITIONED_TOPIC, TOPIC, AdminReplayServer
+from tests.fakes.admin_server import PARTITIONED_TOPIC, TOPIC, FakeAdminServer
 from tests.unit.test_lastgood import A, B, tables
 from tests.unit.test_sources_policies import Clock
 
@@ -100,12 +101,12 @@ def test_stale_topics_are_held_ones_and_those_of_a_broker_down() -> None:
 
 
 @pytest.fixture
-def replay() -> Iterator[AdminReplayServer]:
-    with AdminReplayServer(None) as server:
+def replay() -> Iterator[FakeAdminServer]:
+    with FakeAdminServer(None) as server:
         yield server
 
 
-def _paths(replay: AdminReplayServer) -> list[str]:
+def _paths(replay: FakeAdminServer) -> list[str]:
     paths = sorted(s.path for s in replay.seen)
     replay.seen.clear()
     return paths

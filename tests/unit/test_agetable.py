@@ -6,7 +6,7 @@ import random
 from itertools import pairwise
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.engine.agetable import (
@@ -209,7 +209,6 @@ histories = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     history=histories,
     start=st.integers(0, 10**6),

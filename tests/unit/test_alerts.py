@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from exporter.generate import alerts as gen
 from exporter.generate import runbooks
 from exporter.generate import selector as sel
 from exporter.generate.thresholds import DEFAULT, DEFAULT_SELECTOR, Thresholds
+from tests.harness import markdown
 from tests.harness.prometheus import Alertmanager
 from tests.harness.wait import poll
 
@@ -44,13 +44,6 @@ VALUELESS = {
 CAMEL = re.compile(r"^(?:[A-Z][a-z0-9]+)+$")
 NOT_METRICS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
                "or", "unless", "offset", "inf", "nan"}
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    assert path, (f"{name} is missing: apt-get install -y --no-install-recommends "
-                  "prometheus prometheus-alertmanager (./dev test does it)")
-    return path
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -91,41 +84,28 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
-def github_anchors(markdown: str) -> list[tuple[int, str]]:
-    """(line number, anchor) of every heading, as GitHub derives anchors from headings."""
-    anchors, fenced = [], False
-    for number, line in enumerate(markdown.splitlines()):
-        if line.startswith("```"):
-            fenced = not fenced
-        m = re.match(r"^#{1,6} (.+)$", line)
-        if m and not fenced:
-            text = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower())
-            anchors.append((number, text.replace(" ", "-")))
-    return anchors
-
-
 # --- promtool ---------------------------------------------------------------------------------
 
 
-def test_promtool_accepts_every_rule_file():
+def test_promtool_accepts_every_rule_file(promtool):
     files = [str(ALERTS / name) for name in PREFIX_OF_FILE]
-    result = run(tool("promtool"), "check", "rules", *files)
+    result = run(promtool, "check", "rules", *files)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("SUCCESS") == len(files)
     assert sorted(p.name for p in ALERTS.glob("*.rules.yaml")) == sorted(PREFIX_OF_FILE)
 
 
-def test_promtool_check_is_not_a_rubber_stamp(tmp_path):
+def test_promtool_check_is_not_a_rubber_stamp(promtool, tmp_path):
     broken = tmp_path / "broken.rules.yaml"
     broken.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
         {"alert": "Broken", "expr": "sum by (cluster (pulsar_storage_backlog_size)"}]}]}))
-    result = run(tool("promtool"), "check", "rules", str(broken))
+    result = run(promtool, "check", "rules", str(broken))
     assert result.returncode != 0
     assert "Broken" in result.stdout + result.stderr
 
 
-def test_promtool_unit_tests_pass():
-    result = run(tool("promtool"), "test", "rules", *map(str, TEST_FILES))
+def test_promtool_unit_tests_pass(promtool):
+    result = run(promtool, "test", "rules", *map(str, TEST_FILES))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("SUCCESS") == len(TEST_FILES) == 4
 
@@ -242,40 +222,61 @@ def test_twins_share_a_family_and_differ_in_severity():
 # --- runbooks ---------------------------------------------------------------------------------
 
 
-def test_every_runbook_url_points_to_a_heading_in_the_readme_runbook_section():
-    readme = (ROOT / "README.md").read_text()
-    assert readme.count(runbooks.BEGIN) == 1 and readme.count(runbooks.END) == 1
-    start = readme[: readme.index(runbooks.BEGIN)].count("\n")
-    end = readme[: readme.index(runbooks.END)].count("\n")
-    anchors = github_anchors(readme)
-    assert readme.index(runbooks.END) < readme.index("\n## Development")
+RUNBOOK = ROOT / "RUNBOOK.md"
+
+
+def runbook_entries() -> dict[str, str]:
+    """Alert name → its RUNBOOK.md entry: the text under its `###` heading, to the next heading."""
+    text = RUNBOOK.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    marks = markdown.headings(text)
+    entries = {}
+    for h, after in zip(marks, [*marks[1:], None], strict=True):
+        if h.level == 3:
+            entries[h.text] = "\n".join(lines[h.line + 1: after.line if after else len(lines)])
+    return entries
+
+
+def test_every_runbook_url_points_to_its_alerts_heading_in_the_runbook():
+    by_anchor = {h.anchor: h for h in markdown.headings(RUNBOOK.read_text(encoding="utf-8"))}
     for _, rule in committed_rules():
         url = rule["annotations"]["runbook_url"]
         base, _, fragment = url.partition("#")
-        assert base.endswith("/README.md") and fragment, url
-        lines = [line for line, anchor in anchors if anchor == fragment]
-        assert len(lines) == 1, f"{url}: {len(lines)} headings make this anchor"
-        assert start < lines[0] < end, f"{url}: the heading is outside the runbook section"
+        assert base == DEFAULT.runbook_base_url and base.endswith("/RUNBOOK.md"), url
+        heading = by_anchor.get(fragment)
+        assert heading is not None, f"{url}: RUNBOOK.md has no such heading"
+        assert (heading.level, heading.text) == (3, rule["alert"]), url
 
 
 def test_every_alert_has_one_runbook_and_no_runbook_lacks_an_alert():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index(runbooks.BEGIN): readme.index(runbooks.END)]
-    headings = re.findall(r"^#### (\S+)$", section, flags=re.M)
-    assert sorted(headings) == sorted(rule["alert"] for _, rule in committed_rules())
-    for name in headings:
-        entry = section.split(f"#### {name}\n", 1)[1].split("\n#### ", 1)[0]
+    entries = runbook_entries()
+    names = [rule["alert"] for _, rule in committed_rules()]
+    assert sorted(entries) == sorted(names) and len(set(names)) == len(names)
+    for name, entry in entries.items():
         for part in ("**Impact.**", "**Diagnose.**", "**Mitigate.**", "```promql"):
             assert part in entry, (name, part)
 
 
-def test_runbook_update_replaces_only_its_section():
-    text = f"intro\n{runbooks.BEGIN}\nSTALE-RUNBOOKS\n{runbooks.END}\n## Development\n"
-    new = runbooks.update(text)
-    assert new.startswith("intro\n" + runbooks.BEGIN) and new.endswith(
-        runbooks.END + "\n## Development\n")
-    assert "STALE-RUNBOOKS" not in new and "#### PulsarQuotaExporterDown" in new
-    assert runbooks.update("no markers\n") == "no markers\n"
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.replace("macro PulsarLoadBundleSplitCandidate(", "macro PulsarLoadBundleSplit("),
+     "missing for ['PulsarLoadBundleSplitCandidate'], left over for ['PulsarLoadBundleSplit']"),
+    (lambda t: t + "[% macro PulsarNoSuchAlert() %]- x[% endmacro %]\n",
+     "missing for [], left over for ['PulsarNoSuchAlert']"),
+])
+def test_an_alert_without_runbook_text_or_text_without_an_alert_fails(tmp_path, change, message):
+    for template in gen.TEMPLATES.iterdir():
+        (tmp_path / template.name).write_text(template.read_text(encoding="utf-8"))
+    texts = tmp_path / runbooks.TEXTS
+    texts.write_text(change(texts.read_text(encoding="utf-8")))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        runbooks.render(templates=tmp_path)
+
+
+def test_runbook_texts_use_the_thresholds():
+    t = DEFAULT.with_(rg_overshoot_ratio=1.25, selector='job="pulsar-qe"')
+    text = runbooks.render(t)
+    assert "more than 125% of its quota" in text
+    assert '`{job="pulsar-qe"}`' in text and "more than 110%" not in text
 
 
 # --- one thresholds object --------------------------------------------------------------------
@@ -379,7 +380,8 @@ def test_an_invalid_selector_is_refused_with_a_clear_error(selector, message):
     'job="pulsar-exporter",env="prod"', 'job=~"pulsar-.*"', 'job!="pulsar"',
     'job="a, b", team!~"x|y"', r'job="quote \" inside"',
 ])
-def test_valid_selectors_reach_every_expression_and_promtool_accepts_them(selector, tmp_path):
+def test_valid_selectors_reach_every_expression_and_promtool_accepts_them(selector, tmp_path,
+                                                                        promtool):
     t = DEFAULT.with_(selector=selector)
     groups = []
     for domain in gen.RULE_FILES:
@@ -390,7 +392,7 @@ def test_valid_selectors_reach_every_expression_and_promtool_accepts_them(select
             assert sel.unselected(rule["expr"], selector) == [], rule["alert"]
     path = tmp_path / "custom.rules.yaml"
     path.write_text(yaml.safe_dump({"groups": groups}))
-    result = run(tool("promtool"), "check", "rules", str(path))
+    result = run(promtool, "check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -450,14 +452,13 @@ def test_rules_carry_the_catalogue_labels_they_describe():
 # --- Alertmanager -----------------------------------------------------------------------------
 
 
-def test_amtool_accepts_the_alertmanager_example():
-    result = run(tool("amtool"), "check-config", str(AM_EXAMPLE))
+def test_amtool_accepts_the_alertmanager_example(amtool):
+    result = run(amtool, "check-config", str(AM_EXAMPLE))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
 
-def test_every_alert_routes_to_the_receiver_of_its_severity():
-    amtool = tool("amtool")
+def test_every_alert_routes_to_the_receiver_of_its_severity(amtool):
     for _, rule in committed_rules():
         severity = rule["labels"]["severity"]
         result = run(amtool, "config", "routes", "test", f"--config.file={AM_EXAMPLE}",
@@ -493,8 +494,9 @@ def firing_labels(alertname: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def alertmanager(tmp_path) -> Iterator[str]:
-    """The shipped example config, as it is, in a real Alertmanager: its URL."""
+def alertmanager(tmp_path, prometheus_alertmanager, amtool) -> Iterator[str]:
+    """The shipped example config, as it is, in a real Alertmanager (which checks it with
+    amtool first): its URL."""
     server = Alertmanager(tmp_path, AM_EXAMPLE)
     try:
         yield server.start().url

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import Allocator
@@ -118,7 +118,6 @@ amount = st.one_of(st.just(0.0), st.floats(0, 5), st.floats(0, 500))
 report = st.builds(Observed, usage=amount, limit=st.one_of(st.none(), amount))
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     quota=st.one_of(st.just(100.0), st.floats(0.5, 500)),
     reports=st.dictionaries(st.text(min_size=1, max_size=3), report, min_size=1, max_size=7),

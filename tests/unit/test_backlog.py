@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
@@ -88,7 +88,6 @@ quota_objs = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     default=quota_objs,
     ns_map=st.dictionaries(names.map(lambda n: f"t/{n}"), quota_objs, max_size=3),
@@ -326,7 +325,6 @@ def exact_bytes(s: SubscriptionBacklog, avg: float | None) -> tuple[Fraction, Fr
     return s.backlog_messages * Fraction(avg), Fraction(avg)
 
 
-@settings(max_examples=200, deadline=None)
 @given(topic=topic_states, quota=eviction_quotas, now=st.floats(0, 3 * 10**6))
 def test_a_plan_takes_a_subscription_to_ninety_percent_not_below(topic, quota, now) -> None:
     decision = check(topic, BacklogQuotas(default=quota), now)
@@ -354,7 +352,6 @@ def test_a_plan_takes_a_subscription_to_ninety_percent_not_below(topic, quota, n
                 assert (s.name in planned) == (s.oldest_publish_time < cutoff)
 
 
-@settings(max_examples=200, deadline=None)
 @given(topic=topic_states, quota=eviction_quotas, now=st.floats(0, 3 * 10**6))
 def test_no_plan_without_an_exceeded_eviction_quota(topic, quota, now) -> None:
     decision = check(topic, BacklogQuotas(default=quota), now)

@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import pytest
 import yaml
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from exporter.config.load import ConfigError, load, parse
@@ -842,7 +842,6 @@ def test_load_accepts_a_path_object() -> None:
 # --------------------------------------------------------------------------------- laws
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=2**60), st.integers(min_value=1, max_value=10**9))
 def test_formatted_limits_load_back_to_the_same_numbers(size: int, millis: int) -> None:
     quota = {"limit_size": format_size(size), "limit_time": format_duration(millis / 1000)}
@@ -854,7 +853,6 @@ def test_formatted_limits_load_back_to_the_same_numbers(size: int, millis: int) 
 NAME = st.from_regex(r"[a-z][a-z0-9_.=-]{0,15}", fullmatch=True)
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(NAME, NAME), min_size=1, max_size=5, unique=True))
 def test_any_pulsar_namespace_name_is_accepted_and_kept(names: list[tuple[str, str]]) -> None:
     namespaces = {f"{t}/{n}": {"limit_time": 60} for t, n in names}
@@ -862,7 +860,6 @@ def test_any_pulsar_namespace_name_is_accepted_and_kept(names: list[tuple[str, s
     assert list(c.backlog_quotas.namespaces) == list(namespaces)
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=20))
 def test_unknown_top_level_keys_are_always_reported(key: str) -> None:
     assume(key not in {f.name for f in dataclasses.fields(Config)})

@@ -4,14 +4,14 @@ values exact, catalogue HELP/TYPE, zero-seeded counters, topic-level switch, and
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from itertools import product
 from types import MappingProxyType
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -50,11 +50,15 @@ def same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
-def promtool(body: bytes) -> subprocess.CompletedProcess:
-    exe = shutil.which("promtool")
-    assert exe, "promtool missing: apt-get install -y --no-install-recommends prometheus"
-    return subprocess.run([exe, "check", "metrics"], input=body, capture_output=True,
-                          timeout=60, check=False)
+@pytest.fixture(scope="module")
+def check_metrics(promtool: str) -> Callable[[bytes], subprocess.CompletedProcess]:
+    """`promtool check metrics` of a body."""
+
+    def check(body: bytes) -> subprocess.CompletedProcess:
+        return subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
+                              timeout=60, check=False)
+
+    return check
 
 
 def full_set(extra_label: str = "v"):
@@ -74,7 +78,6 @@ def full_set(extra_label: str = "v"):
 
 
 # --- round trips ---------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.tuples(label_text, label_text, label_text), any_float, max_size=8))
 def test_label_values_and_floats_round_trip_exactly(series):
     b = MetricSetBuilder()
@@ -87,7 +90,6 @@ def test_label_values_and_floats_round_trip_exactly(series):
         assert same(got[key], value), (key, got[key], value)
 
 
-@settings(max_examples=200, deadline=None)
 @given(any_float)
 def test_format_value_parses_back_to_the_same_float(v):
     text = format_value(v)
@@ -100,7 +102,7 @@ def test_special_float_spellings():
     assert format_value(1e300) == repr(1e300)
 
 
-def test_help_text_is_escaped_and_parses_back():
+def test_help_text_is_escaped_and_parses_back(check_metrics):
     odd = Metric("odd_metric", MetricType.GAUGE, 'Has a \\ backslash,\na newline and "quotes".',
                  ("cluster",), Unit.NONE, Domain.EXPORTER)
     b = MetricSetBuilder((odd,))
@@ -109,7 +111,7 @@ def test_help_text_is_escaped_and_parses_back():
     assert body.count(b"\n") == 3  # HELP, TYPE, sample: the newline in HELP is escaped
     (family,) = text_string_to_metric_families(body.decode())
     assert family.documentation == odd.help
-    assert promtool(body).returncode == 0
+    assert check_metrics(body).returncode == 0
 
 
 def test_every_catalogue_metric_renders_with_catalogue_help_and_type():
@@ -133,23 +135,22 @@ def test_every_catalogue_metric_renders_with_catalogue_help_and_type():
             assert sample.name == m.name and sample.labels == want and sample.value == value
 
 
-def test_promtool_accepts_the_whole_catalogue_both_ways():
+def test_promtool_accepts_the_whole_catalogue_both_ways(check_metrics):
     b, _ = full_set()
     b.seed_counters(cluster="c", source="s")
     ms = b.build()
     for topic_level in (True, False):
-        result = promtool(render(ms, topic_level=topic_level))
+        result = check_metrics(render(ms, topic_level=topic_level))
         assert result.returncode == 0, result.stdout + result.stderr
         assert result.stdout + result.stderr == b""  # no lint findings either
 
 
-def test_promtool_rejects_a_broken_body():
+def test_promtool_rejects_a_broken_body(check_metrics):
     """The promtool check is not vacuous."""
-    assert promtool(b'm{a="x} 1\n').returncode != 0
+    assert check_metrics(b'm{a="x} 1\n').returncode != 0
 
 
 # --- histograms --------------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(-10, 1000, allow_nan=False), max_size=30))
 def test_histogram_buckets_are_cumulative_counts_of_observations(observations):
     b = MetricSetBuilder()
@@ -194,7 +195,6 @@ series_strategy = st.lists(
     max_size=30, unique_by=lambda s: s[:3])
 
 
-@settings(max_examples=200, deadline=None)
 @given(series_strategy)
 def test_without_topic_level_fallback_counters_sum_per_namespace(rows):
     b = MetricSetBuilder()
@@ -300,14 +300,14 @@ def big_set(n: int):
     return b.build(), values
 
 
-def test_medium_body_matches_exactly_under_both_parsers():
+def test_medium_body_matches_exactly_under_both_parsers(check_metrics):
     ms, values = big_set(5000)
     body = render(ms, topic_level=True)
     got = parse(body)
     assert len(got) == len(values)
     for (c, ns, t), v in values.items():
         assert got[(AGE, (("cluster", c), ("namespace", ns), ("topic", t)))] == v
-    result = promtool(body)
+    result = check_metrics(body)
     assert result.returncode == 0, result.stderr
 
 

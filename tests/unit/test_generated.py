@@ -3,7 +3,7 @@
 import pytest
 
 from exporter.generate import checkout as checkout_module
-from exporter.generate import readme
+from exporter.generate import metrics, runbooks
 from exporter.generate.all import ROOT, generate, outputs
 from exporter.generate.checkout import NotACheckout, checkout
 
@@ -18,20 +18,38 @@ def test_committed_generated_files_are_current():
     assert generate(check=True) == 0
 
 
-def test_readme_table_lists_every_catalogue_metric():
+def test_every_generated_file_is_listed():
+    made = {str(p.relative_to(ROOT)) for p in outputs()}
+    assert {str(metrics.OUTPUT), str(runbooks.OUTPUT)} <= made
+    for folder, suffix in [("alerts", ".yaml"), ("dashboards", ".json"),
+                           ("helm/pulsar-quota-exporter/files", "")]:
+        committed = {str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob(f"*{suffix}")
+                     if p.is_file() and "templates" not in p.parts and "tests" not in p.parts
+                     and "schema" not in p.parts}
+        assert committed <= made, committed - made
+
+
+def test_metric_reference_lists_every_catalogue_metric():
     from exporter.catalogue import CATALOGUE
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / metrics.OUTPUT).read_text(encoding="utf-8")
     for m in CATALOGUE:
-        assert f"`{m.name}`" in text, m.name
+        assert f"| `{m.name}`" in text, m.name
 
 
-def test_check_mode_reports_a_stale_file(tmp_path):
-    (tmp_path / "README.md").write_text(f"x\n{readme.BEGIN}\nold\n{readme.END}\n")
-    assert generate(check=True, root=tmp_path) == 1
-    assert "old" in (tmp_path / "README.md").read_text()  # check mode changes nothing
+def test_check_mode_reports_each_stale_file(tmp_path, capsys):
+    assert generate(check=True, root=tmp_path) == 1  # nothing there yet: every file is missing
+    assert list(tmp_path.iterdir()) == []  # check mode writes nothing
     assert generate(check=False, root=tmp_path) == 0
     assert generate(check=True, root=tmp_path) == 0
+    made = list(outputs(tmp_path))
+    for path in made:  # each one stale: --check names every one of them
+        path.write_text(path.read_text(encoding="utf-8") + "stale\n", encoding="utf-8")
+    capsys.readouterr()
+    assert generate(check=True, root=tmp_path) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"out of date: {p.relative_to(tmp_path)}" for p in made]
+    assert all(p.read_text(encoding="utf-8").endswith("stale\n") for p in made)
 
 
 def test_the_checkout_is_found_where_this_code_lives():

@@ -11,7 +11,6 @@ import copy
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +30,8 @@ from exporter.generate import all as generate_all
 from exporter.generate import helm as helm_generate
 from exporter.generate.thresholds import DEFAULT_SELECTOR, EXPORTER_JOB
 
+# Helm's own Go code renders the chart here (helm-python-sdk's native library): a tool.
+pytestmark = pytest.mark.tools
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "pulsar-quota-exporter"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
@@ -585,11 +586,9 @@ def test_prometheusrule_drops_disabled_alerts_and_adds_rule_labels():
         assert r["labels"] == {**original[r["alert"]].labels, "team": "pulsar"}
 
 
-def test_promtool_accepts_the_rendered_rule_groups(tmp_path):
+def test_promtool_accepts_the_rendered_rule_groups(tmp_path, promtool):
     """With labels added and an alert dropped, the groups are still valid Prometheus rules
     (promtool from Debian's `prometheus`, as in test_alerts.py; a missing tool fails)."""
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool not found: install Debian's prometheus package (./dev test does)"
     rule = one(render({"prometheusRule": {
         "enabled": True, "disabledAlerts": [alerts.alerts()[0].name],
         "additionalRuleLabels": {"team": "pulsar"}}}), "PrometheusRule")

@@ -6,7 +6,7 @@ test_shedders.py."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import LoadManager
@@ -265,7 +265,6 @@ def test_usage_percent_follows_pulsar_resource_usage():
 _traffic = st.lists(st.floats(0, 1e9, allow_nan=False), min_size=0, max_size=12)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     traffic=_traffic,
     cpu=st.floats(0, 200),

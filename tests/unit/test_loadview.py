@@ -13,7 +13,7 @@ import math
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import LoadManager, SheddingStrategy
@@ -92,7 +92,6 @@ def test_broker_ids_are_unique():
                    "http://k/metrics": "k:80"}
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(["a", "B", "c.d"]), min_size=1, max_size=4),
        st.lists(st.sampled_from([None, 80, 8080, 443]), min_size=1, max_size=4),
        st.lists(st.sampled_from(["/metrics", "/x", ""]), min_size=1, max_size=4))

@@ -15,7 +15,7 @@ import zlib
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.pipeline import slices
@@ -292,7 +292,6 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-@settings(max_examples=200, deadline=None)
 @given(pairs=st.lists(st.tuples(_LABEL_TEXT, _VALUES), min_size=1, max_size=40))
 def test_label_values_and_sample_values_round_trip(pairs):
     lines = [

@@ -4,7 +4,7 @@ policy per quota type."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
@@ -15,14 +15,8 @@ from exporter.engine.backlog import (
     TopicBacklogState,
     check,
 )
-from exporter.engine.quotas import (
-    PulsarQuotas,
-    QuotaSource,
-    QuotaType,
-    TypedQuota,
-    configured,
-    resolve,
-)
+from exporter.engine.quotas import QuotaSource, configured, resolve
+from exporter.sources.model import PulsarQuotas, QuotaType, TypedQuota
 
 NS = "acme/orders"
 TOPIC = f"persistent://{NS}/t1"
@@ -117,7 +111,6 @@ def test_both_topics_the_yaml_does_not_name_get_pulsars_with_the_yaml_default() 
         (500, "config:default"), (None, "config:default"))
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.sampled_from([TOPIC, f"{TOPIC}-partition-0", f"persistent://{NS}/t2",
                      "persistent://x/y/z"]),

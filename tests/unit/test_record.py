@@ -11,18 +11,20 @@ from types import MappingProxyType
 import pytest
 
 from exporter.config.model import MonitoringClass, RetentionPolicy
-from exporter.engine.quotas import PulsarQuotas, QuotaType, TypedQuota
 from exporter.record import codec
 from exporter.record.store import Recorder, RecordError, config_text, read_cycle, read_cycles
 from exporter.sources.model import (
     AdminSnapshot,
     BundleOwnership,
+    PulsarQuotas,
+    QuotaType,
     ScrapeError,
     Snapshot,
     SourceHealth,
     SourceKind,
     SubscriptionStats,
     TopicStats,
+    TypedQuota,
 )
 from exporter.transport.codec import Entry, Rates, WireReport
 

@@ -6,7 +6,7 @@ import ctypes
 import itertools
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from exporter.engine.resourcegroups import (
@@ -158,7 +158,6 @@ def test_arguments_must_be_java_longs():
         compute_local_quota(100, 1.5, [3])  # type: ignore[arg-type]
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     conf=st.integers(-5, 1 << 50),
     my=st.integers(0, 1 << 50),
@@ -235,7 +234,6 @@ def test_drift_is_computed_in_float():
     assert need_to_report(1_050_000_001, 1_000_000_000, 0, 0, 1) is False
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     current=st.integers(0, 1 << 40),
     last=st.integers(0, 1 << 40),
@@ -393,7 +391,6 @@ def usages(demands, initial, history, quota):
     return [[min(d, lim) for d, lim in zip(demands, row, strict=True)] for row in limits]
 
 
-@settings(max_examples=200, deadline=None)
 @given(scenarios())
 def test_fair_hands_out_between_the_quota_and_ten_percent_more(scenario):
     quota, demands, initial = scenario
@@ -401,7 +398,6 @@ def test_fair_hands_out_between_the_quota_and_ten_percent_more(scenario):
         assert quota * (1 - 1e-9) <= sum(limits) <= quota * 1.1 * (1 + 1e-9)
 
 
-@settings(max_examples=200, deadline=None)
 @given(scenarios())
 def test_fair_never_throttles_below_demand_when_it_fits(scenario):
     quota, demands, initial = scenario
@@ -412,7 +408,6 @@ def test_fair_never_throttles_below_demand_when_it_fits(scenario):
     assert used[SETTLED] == pytest.approx(demands, abs=1e-9)
 
 
-@settings(max_examples=200, deadline=None)
 @given(scenarios())
 def test_fair_never_under_uses_the_quota_when_demand_exceeds_it(scenario):
     quota, demands, initial = scenario
@@ -423,7 +418,6 @@ def test_fair_never_under_uses_the_quota_when_demand_exceeds_it(scenario):
     assert used[SETTLED] == pytest.approx(max_min_fair_share(quota, demands), abs=1e-6 * quota)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     quota=st.floats(1, 1000),
     split=st.floats(0.01, 0.99),
@@ -437,7 +431,6 @@ def test_fair_leaves_any_two_way_split_within_three_rounds(quota, split, wants):
     assert third == pytest.approx([quota / 2, quota / 2], rel=0.10)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     quota=st.floats(1, 1e6),
     usages_=st.lists(st.floats(1e-3, 1e6), min_size=1, max_size=8),

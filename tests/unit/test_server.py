@@ -10,7 +10,6 @@ import http.client
 import itertools
 import json
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -359,9 +358,7 @@ def test_load_web_config_validates_hashes_and_files(alice_hash, tmp_path):
 
 
 # --- TLS -------------------------------------------------------------------------------------
-def make_cert(directory: Path, cn: str) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    assert openssl, "the openssl CLI is needed to make test certificates"
+def make_cert(openssl: str, directory: Path, cn: str) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     cert, key = directory / "tls.crt", directory / "tls.key"
     subprocess.run(
@@ -388,8 +385,8 @@ def peer_cn(srv, cafile: Path) -> str:
 
 
 @pytest.fixture
-def tls_files(tmp_path):
-    return make_cert(tmp_path / "a", "exporter-a")
+def tls_files(tmp_path, openssl):
+    return make_cert(openssl, tmp_path / "a", "exporter-a")
 
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
@@ -425,9 +422,9 @@ def test_tls_with_basic_auth(state, tls_files, alice_hash):
         assert request(srv, context=ctx, headers=basic("alice", "s3cret é"))[2] == BODY
 
 
-def test_rotated_certificate_is_picked_up_by_new_connections(state, tmp_path):
-    cert, key = make_cert(tmp_path / "live", "exporter-a")
-    new_cert, new_key = make_cert(tmp_path / "next", "exporter-b")
+def test_rotated_certificate_is_picked_up_by_new_connections(state, tmp_path, openssl):
+    cert, key = make_cert(openssl, tmp_path / "live", "exporter-a")
+    new_cert, new_key = make_cert(openssl, tmp_path / "next", "exporter-b")
     state.publish(BODY, {})
     web = load_web_config(Exposition(tls=Tls(str(cert), str(key))))
     trusted_b = tmp_path / "b.pem"

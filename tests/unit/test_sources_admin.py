@@ -1,4 +1,4 @@
-"""The admin REST client against `AdminReplayServer` (recorded Apache Pulsar JSON).
+"""The admin REST client against `FakeAdminServer` (recorded Apache Pulsar JSON).
 
 Expected values are read off the recorded fixtures (tests/fixtures/SOURCES.md lists them),
 never computed by the code under test.
@@ -15,7 +15,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import AdminSource
@@ -29,16 +29,16 @@ from exporter.sources.admin import (
 from exporter.sources.adminjson import MAX_AGE_SECONDS
 from exporter.sources.brokers import FetchFailed, FetchFailure
 from exporter.sources.model import ScrapeError, SourceKind
-from tests.harness.fixtures import FIXTURES
-from tests.replay.admin_replay import (
+from tests.fakes.admin_server import (
     BOUNDARIES,
     PARTITIONED_STATS_DOCS,
     PARTITIONED_TOPIC,
     TOPIC,
     TOPIC_STATS_4_0,
-    AdminReplayServer,
+    FakeAdminServer,
     Fault,
 )
+from tests.harness.fixtures import FIXTURES
 
 STATS_4_0 = json.loads((FIXTURES / TOPIC_STATS_4_0).read_text())
 PARTITIONED_DOCS = json.loads((FIXTURES / PARTITIONED_STATS_DOCS).read_text())
@@ -47,9 +47,9 @@ STATS_PATH = "/admin/v2/persistent/public/default/Fibonacci/stats"
 
 
 @pytest.fixture
-def replay() -> Iterator[AdminReplayServer]:
+def replay() -> Iterator[FakeAdminServer]:
     # A hang outlasts any client timeout here by far; stopping the server releases it.
-    with AdminReplayServer(TOKEN, hang_seconds=60.0) as server:
+    with FakeAdminServer(TOKEN, hang_seconds=60.0) as server:
         yield server
 
 
@@ -123,7 +123,7 @@ def test_bearer_token_is_sent_on_every_request(replay, scraper_for):
 
 
 def test_no_token_file_sends_no_authorization(scraper_for):
-    with AdminReplayServer(token=None) as open_replay:
+    with FakeAdminServer(token=None) as open_replay:
         result = scraper_for(open_replay.url, token=None).scrape()
         assert result.health.up
         assert {s.authorization for s in open_replay.seen} == {None}
@@ -188,7 +188,7 @@ def test_bundles_and_their_owners(replay, scraper_for):
 
 
 def test_a_stats_redirect_to_the_owner_broker_is_followed_with_the_token(replay, scraper_for):
-    with AdminReplayServer(TOKEN) as owner:
+    with FakeAdminServer(TOKEN) as owner:
         replay.redirect(STATS_PATH, owner.url)
         result = scraper_for(replay.url).scrape()
         assert by_topic(result.snapshot)[TOPIC].backlog_size == 308599
@@ -335,7 +335,6 @@ def test_failed_owner_lookup_leaves_bundles_unowned(replay, scraper_for):
 # --- pure conversion ---------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=-(2**40), max_value=MAX_AGE_SECONDS))
 def test_backlog_age_is_known_only_when_not_negative(age):
     doc = dict(STATS_4_0, oldestBacklogMessageAgeSeconds=age,
@@ -383,7 +382,6 @@ def test_partitioned_conversion_without_partitions_is_the_aggregate():
     assert whole.topic == PARTITIONED_TOPIC and whole.backlog_size == 200921133
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=2**32 - 1), min_size=2, max_size=20,
                 unique=True))
 def test_bundles_cover_consecutive_boundaries(points):

@@ -6,14 +6,14 @@ from __future__ import annotations
 from exporter.config.model import AdminSource, BrokerSource, Sources
 from exporter.sources.adminside import AdminSide
 from exporter.sources.model import ScrapeError, SourceKind
-from tests.replay.admin_replay import TOPIC, AdminReplayServer
+from tests.fakes.admin_server import TOPIC, FakeAdminServer
 
 
 def test_snapshot_carries_admin_data_and_health(tmp_path):
     token = tmp_path / "token"
     token.write_text("replay-token")
     ticks = iter(range(100, 200))
-    with AdminReplayServer() as replay:
+    with FakeAdminServer() as replay:
         sources = Sources(admin=AdminSource(replay.url, token_file=str(token), timeout=2.0))
         with AdminSide(sources, clock=lambda: float(next(ticks))) as side:
             snap = side.collect()
@@ -24,7 +24,7 @@ def test_snapshot_carries_admin_data_and_health(tmp_path):
 
 
 def test_a_failing_admin_is_down_with_its_reason():
-    with AdminReplayServer() as replay:
+    with FakeAdminServer() as replay:
         sources = Sources(admin=AdminSource(replay.url, token_file=None, timeout=2.0))
         with AdminSide(sources) as side:
             snap = side.collect()

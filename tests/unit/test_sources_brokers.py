@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import BrokerSource
@@ -404,7 +404,6 @@ def test_sniff_accepts_a_multibyte_character_cut_at_the_kib_boundary():
     assert sniff(head, 5000) is None
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_characters="\x00",
                                       blacklist_categories=("Cs",)), max_size=300))
 def test_sniff_accepts_any_utf8_after_a_comment(rest):
@@ -412,7 +411,6 @@ def test_sniff_accepts_any_utf8_after_a_comment(rest):
     assert sniff(text[:SNIFF_BYTES], len(text)) is None
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(["<", "{", "[", "\"", "1", "-", "!"]), st.text(max_size=100))
 def test_sniff_rejects_bodies_that_cannot_start_exposition_text(first, rest):
     text = (first + rest).encode()

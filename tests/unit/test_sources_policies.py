@@ -1,6 +1,6 @@
 """Pulsar's backlog-quota policies over the admin REST (sources/policies.py): the JSON as
 Apache Pulsar 4.0 answers it, the broker default as BacklogQuotaManager builds it, and the
-per-namespace cache against `AdminReplayServer`."""
+per-namespace cache against `FakeAdminServer`."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 from exporter.config.model import AdminSource, RetentionPolicy
-from exporter.engine.quotas import QuotaType, TypedQuota
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.brokers import FetchFailure
-from exporter.sources.model import ScrapeError
+from exporter.sources.model import QuotaType, ScrapeError, TypedQuota
 from exporter.sources.policies import PolicyCache, broker_default_from_json, quota_map_from_json
-from tests.replay.admin_replay import TOPIC, AdminReplayServer, Fault
+from tests.fakes.admin_server import TOPIC, FakeAdminServer, Fault
 
 SIZE, TIME = QuotaType.SIZE, QuotaType.TIME
 HOLD, EVICT, EXCEPTION = (RetentionPolicy.PRODUCER_REQUEST_HOLD,
@@ -113,8 +112,8 @@ class Clock:
 
 
 @pytest.fixture
-def replay() -> Iterator[AdminReplayServer]:
-    with AdminReplayServer(None) as server:
+def replay() -> Iterator[FakeAdminServer]:
+    with FakeAdminServer(None) as server:
         server.set_route(NS_PATH, NAMESPACE_MAP)
         server.set_route(TOPIC_PATH, TOPIC_MAP)
         server.set_route(PARENT_PATH, {})
@@ -123,14 +122,14 @@ def replay() -> Iterator[AdminReplayServer]:
         yield server
 
 
-def _quota_paths(replay: AdminReplayServer) -> list[str]:
+def _quota_paths(replay: FakeAdminServer) -> list[str]:
     paths = [s.path for s in replay.seen if s.path.endswith("backlogQuotaMap")
              or s.path == RUNTIME_PATH]
     replay.seen.clear()
     return sorted(paths)
 
 
-def test_the_walk_reads_policies_once_per_period(replay: AdminReplayServer) -> None:
+def test_the_walk_reads_policies_once_per_period(replay: FakeAdminServer) -> None:
     clock = Clock()
     scraper = AdminScraper(AdminSource(url=replay.url, timeout=2.0), clock=clock,
                            policies=PolicyCache(refresh_seconds=60))
@@ -163,7 +162,7 @@ def test_the_walk_reads_policies_once_per_period(replay: AdminReplayServer) -> N
     assert [f.reason for f in later.item_errors] == [ScrapeError.HTTP_ERROR]
 
 
-def test_without_a_cache_no_policy_is_read(replay: AdminReplayServer) -> None:
+def test_without_a_cache_no_policy_is_read(replay: FakeAdminServer) -> None:
     outcome = AdminScraper(AdminSource(url=replay.url, timeout=2.0)).fetch()
     assert isinstance(outcome, AdminFetched) and outcome.snapshot.quotas is None
     assert _quota_paths(replay) == []

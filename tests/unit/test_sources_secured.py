@@ -61,7 +61,8 @@ class SecuredBroker:
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def pki(tmp_path_factory: pytest.TempPathFactory, openssl: str) -> dict[str, object]:
+    """A scratch CA (tests/harness/certs.py runs `openssl`) and what it issued."""
     directory = tmp_path_factory.mktemp("pki")
     ca = ScratchCA(directory)
     token = directory / "token"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from exporter.config.model import MonitoringClass, RateLimit, ResourceGroup
@@ -77,20 +77,17 @@ _quota = st.floats(1e-3, 1e9, allow_nan=False)
 _window = st.floats(1e-3, 3600.0, allow_nan=False)
 
 
-@settings(max_examples=200, deadline=None)
 @given(o1=_rate, o2=_rate, quota=_quota, window=_window)
 def test_monotone_in_observed_rate(o1: float, o2: float, quota: float, window: float):
     low, high = sorted((o1, o2))
     assert throttle_delay(low, quota, window) <= throttle_delay(high, quota, window)
 
 
-@settings(max_examples=200, deadline=None)
 @given(quota=_quota, below=st.floats(0.0, 1.0), window=_window)
 def test_zero_at_or_below_quota(quota: float, below: float, window: float):
     assert throttle_delay(quota * below, quota, window) == 0.0
 
 
-@settings(max_examples=200, deadline=None)
 @given(observed=_rate, quota=_quota, window=_window)
 def test_delayed_rate_equals_quota(observed: float, quota: float, window: float):
     # The defining property: spreading O·W over W + X brings the rate down to T.
@@ -100,7 +97,6 @@ def test_delayed_rate_equals_quota(observed: float, quota: float, window: float)
     assert observed * window / (window + delay) == pytest.approx(quota, rel=1e-9)
 
 
-@settings(max_examples=200, deadline=None)
 @given(observed=_rate, quota=_quota, window=_window, cap=st.floats(0.0, 100.0))
 def test_cap_bounds_the_delay(observed: float, quota: float, window: float, cap: float):
     capped = throttle_delay(observed, quota, window, cap_seconds=cap)
@@ -168,7 +164,6 @@ def test_only_the_byte_quota_set():
     assert estimate.limited_by is LimitedBy.BYTES
 
 
-@settings(max_examples=200, deadline=None)
 @given(msgs=_rate, byts=_rate, window=_window)
 def test_estimate_is_the_larger_of_both_delays(msgs: float, byts: float, window: float):
     observed = {MonitoringClass.PUBLISH: ObservedRates(msgs, byts)}

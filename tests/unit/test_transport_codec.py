@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from exporter.config.model import MonitoringClass
 from exporter.transport.codec import (
+    CLASSES,
     MAX_FIXED,
     MAX_REPORT_BYTES,
     Entry,
@@ -24,7 +25,6 @@ from exporter.transport.decoder import decode
 
 PUB, DIS = MonitoringClass.PUBLISH, MonitoringClass.DISPATCH
 REP = MonitoringClass.REPLICATION_DISPATCH
-SETTINGS = settings(max_examples=200, deadline=None)
 
 
 # --- an independent writer for hand-built payloads (the layout as documented) ----------------
@@ -88,7 +88,6 @@ def reports(draw: st.DrawFn) -> WireReport:
 # --- laws -------------------------------------------------------------------------------------
 
 
-@SETTINGS
 @given(reports())
 def test_round_trip_gives_the_canonical_report(report: WireReport) -> None:
     payload = encode(report)
@@ -96,7 +95,6 @@ def test_round_trip_gives_the_canonical_report(report: WireReport) -> None:
     assert encode(canonical(report)) == payload  # quantising twice changes nothing
 
 
-@SETTINGS
 @given(reports())
 def test_round_trip_is_within_the_documented_precision(report: WireReport) -> None:
     decoded = decode(encode(report))
@@ -123,18 +121,16 @@ def test_round_trip_is_within_the_documented_precision(report: WireReport) -> No
                     assert abs(mine - theirs) <= tolerance + 1e-9 * theirs
 
 
-@SETTINGS
 @given(reports())
 def test_entries_come_back_sorted_by_group_then_class(report: WireReport) -> None:
     decoded = decode(encode(report))
     assert isinstance(decoded, WireReport)
-    order = [(e.resource_group.encode(), 0 if e.monitoring_class is PUB else 1)
+    order = [(e.resource_group.encode(), CLASSES.index(e.monitoring_class))
              for e in decoded.entries]
     assert order == sorted(order)
     assert len(set(order)) == len(order)
 
 
-@SETTINGS
 @given(reports(), st.data())
 def test_every_strict_prefix_is_truncated(report: WireReport, data: st.DataObject) -> None:
     # Every count and length precedes what it counts, so a cut anywhere leaves the decoder
@@ -155,7 +151,6 @@ def test_every_prefix_of_one_report_is_truncated() -> None:
         [WireReject.TRUNCATED] * len(payload)
 
 
-@SETTINGS
 @given(st.binary(max_size=200))
 def test_random_bytes_never_raise_and_accepted_bytes_are_canonical(data: bytes) -> None:
     result = decode(data)
@@ -164,7 +159,6 @@ def test_random_bytes_never_raise_and_accepted_bytes_are_canonical(data: bytes) 
         assert encode(result) == data
 
 
-@SETTINGS
 @given(st.binary(max_size=120))
 def test_random_bodies_behind_a_good_header_never_raise(body: bytes) -> None:
     data = bytes((0xB7, 1)) + body
@@ -174,7 +168,6 @@ def test_random_bodies_behind_a_good_header_never_raise(body: bytes) -> None:
         assert encode(result) == data
 
 
-@SETTINGS
 @given(reports(), st.data())
 def test_corrupted_reports_are_rejected_or_still_canonical(report: WireReport,
                                                            data: st.DataObject) -> None:
@@ -190,7 +183,6 @@ def test_corrupted_reports_are_rejected_or_still_canonical(report: WireReport,
         assert result.reason in set(WireReject) - {WireReject.OVERSIZED}
 
 
-@SETTINGS
 @given(st.binary(min_size=1, max_size=64), st.data())
 def test_oversized_is_checked_before_anything_else(data: bytes, draw: st.DataObject) -> None:
     limit = draw.draw(st.integers(0, len(data) - 1))

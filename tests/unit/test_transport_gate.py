@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import MonitoringClass
@@ -18,7 +18,6 @@ from exporter.transport.gate import (
     initial_sequence,
 )
 
-SETTINGS = settings(max_examples=200, deadline=None)
 INTERVAL = 60.0
 NOW = 1_700_000_000.0
 
@@ -211,7 +210,6 @@ def test_initial_sequence_refuses_bad_times() -> None:
             initial_sequence(bad)
 
 
-@SETTINGS
 @given(start=st.floats(0, 4e9), interval=st.floats(0.002, 3600), sent=st.integers(0, 100_000),
        pause=st.floats(0.002, 3600))
 def test_a_restart_starts_above_every_sequence_used_before(start: float, interval: float,
@@ -223,7 +221,6 @@ def test_a_restart_starts_above_every_sequence_used_before(start: float, interva
     assert initial_sequence(restart) > last_used
 
 
-@SETTINGS
 @given(st.lists(st.tuples(st.integers(0, 30), st.floats(0, 400)), max_size=40))
 def test_admitted_sequences_strictly_increase(arrivals: list[tuple[int, float]]) -> None:
     # An honest sender published report i at NOW + i·INTERVAL/2 with sequence 1000 + i;

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.units import format_duration, format_size, parse_duration, parse_size
@@ -148,26 +148,22 @@ def test_format_duration_rejects_non_durations(bad: float) -> None:
         format_duration(bad)
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=2**62))
 def test_size_round_trips_through_its_formatting(n: int) -> None:
     assert parse_size(format_size(n)) == n
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=10**6), st.sampled_from(sorted({**SI, **IEC})))
 def test_a_whole_count_of_any_unit_is_that_many_bytes(count: int, unit: str) -> None:
     assert parse_size(f"{count}{unit}") == count * {**SI, **IEC}[unit]
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=0, max_value=10**12))
 def test_whole_milliseconds_round_trip_through_formatting(millis: int) -> None:
     seconds = millis / 1000
     assert parse_duration(format_duration(seconds)) == seconds
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.dictionaries(st.sampled_from(list(SECONDS)), st.integers(0, 10**6), min_size=1),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import MonitoringClass
@@ -195,7 +195,6 @@ def test_counters_must_be_finite_and_non_negative():
 steps = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 1000)), min_size=1, max_size=30)
 
 
-@settings(max_examples=200, deadline=None)
 @given(start=st.tuples(st.integers(0, 10**9), st.integers(0, 10**6)), steps=steps)
 def test_monotone_counters_conserve_usage(start, steps):
     # Without resets nothing is lost: increments plus what is still pending add up to
@@ -219,7 +218,6 @@ def test_monotone_counters_conserve_usage(start, steps):
     assert counted.messages + pending.messages == messages - start[1]
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     values=st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=2, max_size=30)
 )

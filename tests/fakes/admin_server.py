@@ -1,7 +1,7 @@
-"""A REPLAY of Apache Pulsar's admin REST v2 for tests — recorded JSON, not a broker.
+"""A FAKE of Apache Pulsar's admin REST v2 for tests — recorded JSON, not a broker.
 
-A replay shows what the brokers the tests start cannot: the output of other Apache Pulsar
-versions, as Pulsar itself wrote it. `AdminReplayServer` serves the recorded real outputs in
+A fake shows what the brokers the tests start cannot: the output of other Apache Pulsar
+versions, as Pulsar itself wrote it. `FakeAdminServer` serves the recorded real outputs in
 tests/fixtures (read at start; their provenance is in its SOURCES.md), byte for byte, at the
 paths the admin API uses:
 
@@ -98,8 +98,8 @@ def recorded_routes(fixtures: Path = FIXTURES) -> dict[str, bytes]:
     return routes
 
 
-class AdminReplayServer:
-    """Replay server on 127.0.0.1 and a free port. Use as a context manager."""
+class FakeAdminServer:
+    """The fake server on 127.0.0.1 and a free port. Use as a context manager."""
 
     def __init__(self, token: str | None = "replay-token", *, fixtures: Path = FIXTURES,
                  hang_seconds: float = 5.0, slow_seconds: float = 0.1):
@@ -141,7 +141,7 @@ class AdminReplayServer:
         with self._lock:
             return next((f for p, f in self._faults.items() if path.startswith(p)), None)
 
-    def start(self) -> AdminReplayServer:
+    def start(self) -> FakeAdminServer:
         self._server.start()
         return self
 
@@ -149,7 +149,7 @@ class AdminReplayServer:
         self._stopping.set()  # hung and slow answers return at once
         self._server.stop()
 
-    def __enter__(self) -> AdminReplayServer:
+    def __enter__(self) -> FakeAdminServer:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

@@ -1,7 +1,7 @@
-"""A REPLAY of an Apache Pulsar broker's /metrics for tests — a recorded body, not a broker.
+"""A FAKE of an Apache Pulsar broker's /metrics for tests — a recorded body, not a broker.
 
-A replay shows what the brokers the tests start cannot: the output of another Apache Pulsar
-version, as Pulsar itself wrote it. `MetricsReplayServer` stands in for one broker's /metrics
+A fake shows what the brokers the tests start cannot: the output of another Apache Pulsar
+version, as Pulsar itself wrote it. `FakeMetricsServer` stands in for one broker's /metrics
 endpoint by serving, byte for byte and on every request, the real body recorded from Pulsar's
 own CI test broker:
 
@@ -9,7 +9,7 @@ own CI test broker:
                   (tests/fixtures, see its SOURCES.md: cluster="test",
                   namespace-level series only, no topic labels)
 
-Everything else is 404. Being a replay, the counters never move; an exporter that reads it
+Everything else is 404. Being a recording, the counters never move; an exporter that reads it
 sees an Apache Pulsar broker whose traffic has stopped. Requests are counted so a test can
 tell that the exporter really read it.
 """
@@ -27,7 +27,7 @@ BROKER_METRICS_2_12 = "apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what Pulsar's broker sends
 
 
-class MetricsReplayServer:
+class FakeMetricsServer:
     """Serves one recorded Apache Pulsar /metrics body on 127.0.0.1 (a free port by default)."""
 
     def __init__(self, body_file: Path | None = None, port: int = 0) -> None:
@@ -47,14 +47,14 @@ class MetricsReplayServer:
         with self._lock:
             return self._requests
 
-    def start(self) -> MetricsReplayServer:
+    def start(self) -> FakeMetricsServer:
         self._server.start()
         return self
 
     def stop(self) -> None:
         self._server.stop()
 
-    def __enter__(self) -> MetricsReplayServer:
+    def __enter__(self) -> FakeMetricsServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

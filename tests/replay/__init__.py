@@ -1,2 +1,0 @@
-"""Replays: stand-ins that serve recorded, documented real output of components that
-cannot run here."""
