@@ -5,6 +5,7 @@ import signal
 import sys
 import zipfile
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.functions import udf
 
@@ -104,6 +105,26 @@ def test_local_workers_import_the_installed_pyspark_not_its_zip():
     where = udf(lambda _: __import__("pyspark").__file__, useArrow=False)
     seen = spark.range(1).select(where("id")).first()[0]
     assert seen == pyspark.__file__ and ".zip" not in seen
+
+
+@pytest.mark.spark  # starts this process's SparkSession (a JVM)
+def test_local_workers_run_arrow_tasks_without_pandas():
+    """pyarrow would import pandas (~30 MB a worker) on its first `pa.array`."""
+    spark = get_session(Spark(master="local[2]"))
+
+    def task(batches):
+        for _ in batches:
+            made = pa.array([1, 2])  # what imports pandas when it can
+            try:
+                import pandas  # noqa: F401
+                found = "imported"
+            except ImportError:
+                found = "refused"
+            yield pa.record_batch([pa.array([found]), pa.array([len(made)])],
+                                  names=["pandas", "made"])
+
+    out = spark.range(1).mapInArrow(task, "pandas string, made long").toArrow().to_pylist()
+    assert out == [{"pandas": "refused", "made": 2}]
 
 
 def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path, monkeypatch):
