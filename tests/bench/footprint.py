@@ -169,6 +169,21 @@ def _summary(name: str, runs: list[tuple[float | None, list[dict[str, float]]]])
             f"| {peak:.0f} |")
 
 
+def _hour(samples: list[dict[str, float]]) -> str:
+    """One sample a minute → the resident MB of each part at a few minutes, and each
+    part's growth from minute 5 to the end (which part grows is what to look into)."""
+    kinds = ("python", "jvm", "workers", "total")
+    minutes = [m for m in (1, 5, 10, 20, 30, 40, 50) if m < len(samples)] + [len(samples) - 1]
+    rows = ["\nOne hour of `run`, resident MB (PSS):\n",
+            "| minute | " + " | ".join(kinds) + " |", "|---:|" + "---:|" * len(kinds)]
+    rows += [f"| {m} | " + " | ".join(f"{samples[m][k]:.0f}" for k in kinds) + " |"
+             for m in minutes]
+    rows.append("| growth 5 → end | " + " | ".join(
+        f"{(samples[-1][k] - samples[5][k]) / samples[5][k] * 100:+.1f} %" for k in kinds)
+        + " |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topics", type=int, default=1000)
@@ -205,10 +220,7 @@ def main() -> None:
                   f"{int(promtool.stderr.strip().splitlines()[-1]) / 1024:.0f} MB at its peak.")
             if args.hour:
                 _, samples = measure(argv, readyz, 3600, every=60)
-                totals = [round(s["total"]) for s in samples]
-                growth = (totals[-1] - totals[5]) / totals[5] * 100
-                print(f"\nOne hour of `run`, resident MB each minute: {totals}\n"
-                      f"growth from minute 5 to the end: {growth:+.1f} %")
+                print(_hour(samples))
         finally:
             server.terminate()
 
