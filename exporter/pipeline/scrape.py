@@ -38,7 +38,7 @@ from exporter.sources.model import ScrapeError, SourceKind
 
 # A body is parsed in pieces of this size as it streams in: memory stays bounded by the
 # piece, not the body, and parsing overlaps the transfer.
-PIECE_BYTES = 8 << 20
+PIECE_BYTES = 16 << 20
 _TABLES = ("subscriptions", "topics", "namespaces", "usage")
 # One row per broker and part: "status" (JSON) or one of _TABLES (Arrow IPC).
 _ARROW_OUT = pa.schema([("source", pa.string(), False), ("part", pa.string(), False),

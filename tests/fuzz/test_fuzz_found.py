@@ -2,7 +2,7 @@
 input first, with the fix each called for: all fixed, and kept fixed by these tests. A new
 one gets its test here and, while its fix is pending, its site in `inputs.KNOWN_CRASHES`.
 
-1. parse.py `_labels`: a body (or an 8 MiB piece of one) whose samples of the families
+1. parse.py `_labels`: a body (or a piece of one) whose samples of the families
    read carry no quoted label value at all indexes an empty array (`opening[pair]` with
    every `pair` -1): IndexError. The task's catch-all turns it into a fetch failed for
    reason `other`, so the broker is reported down and its body dropped. Fix: in
