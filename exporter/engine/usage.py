@@ -140,11 +140,13 @@ def _validate(report: UsageReport) -> RejectReason | None:
 class UsageMap:
     """RG × class → participant → (last report, time received).
 
-    An entry is stale once its age reaches `stale_after` seconds, like Pulsar's Caffeine
-    cache with `expireAfterWrite` (set there to publish interval × max suppressed rounds
-    × 2, 600 s by default): a peer that died silently stops counting after that. Stale
-    entries are left out of `observed` at once and removed by `expire`. A goodbye (our
-    addition; Pulsar has none, so a stopped broker's share lingers) removes at once.
+    An entry is stale once its age reaches `stale_after` seconds: a peer that died
+    silently stops counting after that. Pulsar 4.0.8 keeps a peer's last report in a plain
+    HashMap (`ResourceGroup.usageFromOtherBrokers`, read off its jar) until the broker
+    restarts; master expires it, in a Caffeine cache with `expireAfterWrite` (publish
+    interval × max suppressed rounds × 2, 600 s by default). Stale entries are left out of
+    `observed` at once and removed by `expire`. A goodbye (our addition; Pulsar has none,
+    so a stopped broker's share lingers) removes at once.
     """
 
     def __init__(self, stale_after: float):
