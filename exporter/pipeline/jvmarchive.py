@@ -16,11 +16,13 @@ build, a changed class path) just starts without it. A truncated archive is wors
 17 JVM maps it and dies of SIGBUS (measured). So an archive is used only once a JVM has
 started from it (`-Xshare:on`, in a process of its own) and only at the size it had then
 (a `.size` stamp beside it); and a session that will not start with it starts without it,
-the archive set aside (session.py).
+the archive set aside (session.py). A start from an archive touches its stamp; archives of
+other JDKs and PySparks unused for 30 days are deleted when a new one is made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,6 +38,9 @@ import pyspark
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAKING_SECONDS = 600  # a partial archive older than this was left by a maker that died
+# Another JDK's or PySpark's archive (~160 MB each) no start has used for this long is
+# deleted when a new one is made: an upgrade would otherwise leave one behind each time.
+UNUSED_SECONDS = 30 * 86400
 
 
 def _java() -> str:
@@ -70,6 +75,30 @@ def usable(path: Path) -> bool:
         return path.stat().st_size == int(_stamp(path).read_text())
     except (OSError, ValueError):
         return False
+
+
+def used(path: Path) -> None:
+    """A JVM started from `path`: its stamp's time says so (`prune` keeps it)."""
+    with contextlib.suppress(OSError):  # a read-only cache: nothing to prune there either
+        os.utime(_stamp(path))
+
+
+def prune(keep: Path, now: float) -> list[Path]:
+    """Delete the other archives beside `keep` that no start used for `UNUSED_SECONDS`
+    (an unverified one, without a stamp, once older than that too); what was deleted.
+    Two installs sharing the cache each keep theirs while they start now and then."""
+    gone = []
+    for other in keep.parent.glob("spark-*.jsa"):
+        if other == keep:
+            continue
+        try:
+            last = (_stamp(other) if _stamp(other).exists() else other).stat().st_mtime
+            if now - last > UNUSED_SECONDS:
+                set_aside(other)
+                gone.append(other)
+        except OSError:
+            continue
+    return gone
 
 
 def set_aside(path: Path) -> None:
@@ -145,6 +174,7 @@ def make(path: Path) -> None:
     if check.returncode == 0 and partial.stat().st_size == size:
         _stamp(path).write_text(str(size))
         partial.replace(path)
+        prune(path, time.time())
 
 
 def verify(path: Path) -> None:

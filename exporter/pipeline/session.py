@@ -133,7 +133,7 @@ def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSessio
     options = conf.get("spark.driver.extraJavaOptions", "")
     archive = jvmarchive.archive_path()
     try:
-        return builder.getOrCreate()
+        started = builder.getOrCreate()
     except Exception:
         if jvmarchive.use_flags(archive) not in options:
             raise
@@ -141,6 +141,9 @@ def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSessio
                     "without it, the archive set aside", archive)
         jvmarchive.set_aside(archive)
         return builder.config("spark.driver.extraJavaOptions", JVM_OPTIONS).getOrCreate()
+    if jvmarchive.use_flags(archive) in options:
+        jvmarchive.used(archive)
+    return started
 
 
 def start_in_background(cfg: Spark) -> None:

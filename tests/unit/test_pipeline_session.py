@@ -3,7 +3,9 @@
 import os
 import signal
 import sys
+import time
 import zipfile
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -144,6 +146,41 @@ def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path
     assert "spark.driver.extraJavaOptions" not in session_conf(Spark(master="spark://m:7077"))
     mine = session_conf(Spark(master="local[2]", conf={"spark.driver.extraJavaOptions": "-X"}))
     assert mine["spark.driver.extraJavaOptions"] == "-X"  # the operator's, whole
+
+
+def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    current = jvmarchive.archive_path()
+    current.parent.mkdir()
+    now = time.time()
+    day = 86400
+
+    def archive(name: str, stamped_days_ago: float | None, made_days_ago: float) -> Path:
+        path = current.with_name(name)
+        path.write_bytes(b"jsa")
+        os.utime(path, (now - made_days_ago * day,) * 2)
+        if stamped_days_ago is not None:
+            stamp = path.with_name(path.name + ".size")
+            stamp.write_text("3")
+            os.utime(stamp, (now - stamped_days_ago * day,) * 2)
+        return path
+
+    current.write_bytes(b"jsa")
+    old = archive("spark-4.0.0-aaaaaaaaaaaa.jsa", 31, 200)  # an upgrade ago
+    shared = archive("spark-4.3.0-bbbbbbbbbbbb.jsa", 2, 200)  # another venv still starting
+    unverified = archive("spark-4.3.0-cccccccccccc.jsa", None, 40)
+    fresh_unverified = archive("spark-4.3.0-dddddddddddd.jsa", None, 1)
+    (current.parent / "notes.txt").write_text("not an archive")
+    assert sorted(jvmarchive.prune(current, now)) == sorted([old, unverified])
+    left = sorted(p.name for p in current.parent.iterdir())
+    assert left == sorted([current.name, shared.name, shared.name + ".size",
+                           fresh_unverified.name, "notes.txt"])
+
+    stamp = current.with_name(current.name + ".size")
+    stamp.write_text("3")
+    os.utime(stamp, (now - 40 * day,) * 2)
+    jvmarchive.used(current)  # a start from it: it counts as used now
+    assert stamp.stat().st_mtime >= now - 1
 
 
 @pytest.mark.spark  # starts this process's SparkSession (a JVM)
