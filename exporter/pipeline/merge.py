@@ -143,7 +143,7 @@ def _dedup(topics: pa.Table) -> pa.Table:
                                      ("source", "ascending", "at_end")])
     name = pc.take(topics["topic"], order).combine_chunks()
     first = np.concatenate(([True], pc.not_equal(name[1:], name[:-1]).to_numpy(
-        zero_copy_only=False)))  # of each run of one name (nulls: every one, as before)
+        zero_copy_only=False)))  # of each run of one name (the tables hold no null name)
     return topics.take(order.filter(pa.array(first)))
 
 
