@@ -14,7 +14,9 @@ Per body (one broker):
   `--repeat` after one warm-up.
 The fleet: `--brokers` brokers sharing the given total topic counts, each body with its
 own topic names, served by a separate process; job and merge seconds, samples/s, and
-peak RSS of the driver (this process), the JVM and the Python workers (VmHWM).
+peak RSS of the driver (this process, counted from when the bodies are written: its cycles'
+peak, which holds the last cycle's Aggregates while the next is merged), the JVM and the
+Python workers (VmHWM).
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def _hwm_mb(pid: int | str = "self") -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _reset_hwm() -> None:
+    """This process's VmHWM back to its current RSS (Linux: clear_refs 5)."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def _spark_processes() -> tuple[float, float]:
@@ -168,6 +175,7 @@ def fleet(spark, totals: list[int], brokers: int, repeat: int, workdir: Path) ->
         folder.mkdir(exist_ok=True)
         for b in range(brokers):  # each broker its own topic names
             (folder / f"b{b}.prom").write_text(template.replace("/b0-topic-", f"/b{b}-topic-"))
+        _reset_hwm()  # the driver's peak from here on: the cycles', not the bodies' making
         server, url = _serve(folder)
         try:
             _, job, merge_s, topics = _cycle(spark, [f"{url}/b{b}.prom" for b in range(brokers)],
