@@ -130,18 +130,18 @@ def get_session(cfg: Spark) -> SparkSession:
 def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSession:
     """`builder`'s session; should its JVM not start from our class-data archive, the
     archive is set aside and the JVM started without it (jvmarchive.py)."""
-    options = conf.get("spark.driver.extraJavaOptions", "")
     archive = jvmarchive.archive_path()
+    from_archive = jvmarchive.use_flags(archive) in conf.get("spark.driver.extraJavaOptions", "")
     try:
         started = builder.getOrCreate()
     except Exception:
-        if jvmarchive.use_flags(archive) not in options:
+        if not from_archive:
             raise
         log.warning("the Spark JVM did not start from the class-data archive %s: starting "
                     "without it, the archive set aside", archive)
         jvmarchive.set_aside(archive)
         return builder.config("spark.driver.extraJavaOptions", JVM_OPTIONS).getOrCreate()
-    if jvmarchive.use_flags(archive) in options:
+    if from_archive:
         jvmarchive.used(archive)
     return started
 
