@@ -89,23 +89,23 @@ def merge(
         malformed = {source: t.malformed for source, t in tables}
     usage = {s: t.usage.to_pylist()[0] if t.usage.num_rows else {} for s, t in tables}
     otel = {s for s, row in usage.items() if row.get("otel_only")}
-    all_topics = _with_source([(s, t.topics) for s, t in tables])
+    all_topics = _with_source([(s, t.topics) for s, t in tables], sources)
     all_topics = all_topics.append_column(
         "otel_only", pc.is_in(all_topics["source"], pa.array(sorted(otel), pa.string())))
     stale = sorted(set(sources) - set(malformed))  # malformed: keyed by the fresh sources
     all_topics = all_topics.append_column(
         "stale", pc.is_in(all_topics["source"], pa.array(stale, pa.string())))
-    topics = _dedup(all_topics)
-    brokered = topics.filter(pc.invert(topics["otel_only"])) if otel else topics
-    owned = _owned(_with_source([(s, t.subscriptions) for s, t in tables]), topics)
+    topics, dropped = _dedup(all_topics)
+    brokered = _kept(topics, pc.invert(topics["otel_only"])) if otel else topics
+    owned = _owned(_with_source([(s, t.subscriptions) for s, t in tables], sources), dropped)
     per_source = _namespaces_per_source(brokered, _with_source(
-        [(s, t.namespaces) for s, t in tables]))
+        [(s, t.namespaces) for s, t in tables], sources))
     namespaces = _namespaces(per_source)
     shares = _bundle_shares(brokered, per_source, bundle_ranges(bundles))
     brokers, bundle_table = _load_tables(shares, usage, [s for s in sources if s not in otel])
     return Aggregates(
-        topics=_shaped(topics, TOPICS),  # sorted by _dedup
-        subscriptions=_shaped(owned, SUBSCRIPTIONS),  # sorted by _owned
+        topics=_shaped(topics, TOPICS),
+        subscriptions=_shaped(owned, SUBSCRIPTIONS),
         namespaces=_shaped(namespaces.sort_by("namespace"), NAMESPACES),
         resource_groups=_resource_groups(namespaces, brokered, groups),
         brokers=brokers,
@@ -114,14 +114,15 @@ def merge(
     )
 
 
-def _with_source(parts: Sequence[tuple[str, pa.Table]]) -> pa.Table:
-    """The tables of every source stacked (one chunk each: what reads them all takes or
-    groups, which copies once), with a `source` column."""
+def _with_source(parts: Sequence[tuple[str, pa.Table]], sources: Sequence[str]) -> pa.Table:
+    """The tables of every source stacked, not copied (one chunk each), with a `source`
+    column: a code per row into `sources` (sorted), not the URL again on every row."""
     if not parts:
         raise ValueError("no tables")
-    stacked = [t.append_column("source", pa.array([s] * t.num_rows, pa.string()))
-               for s, t in parts]
-    return pa.concat_tables(stacked)
+    dictionary = pa.array(sources, pa.string())
+    code = {s: i for i, s in enumerate(sources)}
+    return pa.concat_tables([t.append_column("source", pa.DictionaryArray.from_arrays(
+        pa.array(np.full(t.num_rows, code[s], np.int32)), dictionary)) for s, t in parts])
 
 
 def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -129,36 +130,65 @@ def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def _dedup(topics: pa.Table) -> pa.Table:
-    """One report per topic, sorted by topic: a classic body's before an OpenTelemetry
-    one's, a fresh one's before a stale one's, then the largest msg_in_total, then the
-    smaller source. The ranking orders indices and the table is copied once, by the
-    kept ones."""
-    if topics.num_rows == 0:
-        return topics
-    order = pc.sort_indices(topics, [("topic", "ascending", "at_end"),
+def _kept(table: pa.Table, keep: np.ndarray | pa.ChunkedArray) -> pa.Table:
+    """`table`'s rows where `keep`: the chunks (brokers) that lose no row are kept as they
+    are, not copied. A broker's tables are the largest thing the driver holds, and nearly
+    every topic is reported by one broker only."""
+    mask = keep if isinstance(keep, np.ndarray) else keep.to_numpy()
+    batches, at = [], 0
+    for batch in table.to_batches():
+        part = mask[at:at + batch.num_rows]
+        at += batch.num_rows
+        if part.all():
+            batches.append(batch)
+        elif part.any():
+            batches.append(batch.filter(pa.array(part)))
+    return pa.Table.from_batches(batches, schema=table.schema)
+
+
+def _dedup(topics: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(One report per topic, the (source, topic) of the reports dropped). Of a topic
+    reported more than once: a classic body's before an OpenTelemetry one's, a fresh one's
+    before a stale one's, then the largest msg_in_total, then the smaller source. Only the
+    topics named twice are ranked, and only the brokers' chunks that lose a row copied.
+    Those are found by the CRC-32 each task computed (`topic_hash`): sorting 8 bytes a
+    topic, not hashing its name (150 MB at a million topics, measured); names sharing a
+    hash by chance are told apart by the ranking, which compares names."""
+    hashes = pc.fill_null(topics["topic_hash"], -1).to_numpy()
+    order = np.argsort(hashes, kind="stable")
+    same = hashes[order[1:]] == hashes[order[:-1]]
+    if not same.any():
+        return topics, topics.select(["source", "topic"]).slice(0, 0)
+    contested = np.unique(np.concatenate((order[1:][same], order[:-1][same])))
+    rivals = topics.select(["topic", "otel_only", "stale", "msg_in_total"]).take(contested)
+    rivals = rivals.append_column("source", topics["source"].take(contested).cast(pa.string()))
+    order = pc.sort_indices(rivals, [("topic", "ascending", "at_end"),
                                      ("otel_only", "ascending", "at_end"),
                                      ("stale", "ascending", "at_end"),
                                      ("msg_in_total", "descending", "at_end"),
-                                     ("source", "ascending", "at_end")])
-    name = pc.take(topics["topic"], order).combine_chunks()
-    first = np.concatenate(([True], pc.not_equal(name[1:], name[:-1]).to_numpy(
-        zero_copy_only=False)))  # of each run of one name (the tables hold no null name)
-    return topics.take(order.filter(pa.array(first)))
+                                     ("source", "ascending", "at_end")]).to_numpy()
+    name = rivals["topic"].take(order)
+    later = pc.equal(name[1:], name[:-1]).to_numpy(zero_copy_only=False)  # no null names
+    losers = contested[order[1:][later]]
+    keep = np.ones(topics.num_rows, bool)
+    keep[losers] = False
+    return _kept(topics, keep), topics.select(["source", "topic"]).take(losers)
 
 
-def _owned(subscriptions: pa.Table, topics: pa.Table) -> pa.Table:
-    """The subscriptions reported by the broker whose report of their topic was kept,
-    sorted by (topic, subscription): one lookup per subscription among the kept topics
-    (one row per name), not a hash join on (source, topic), which held ~750 bytes a row
-    more at its peak (measured at 200k); the table is copied once, by the kept indices."""
-    kept_source = pc.take(topics["source"], pc.index_in(subscriptions["topic"], topics["topic"]))
-    kept = np.flatnonzero(pc.fill_null(pc.equal(subscriptions["source"], kept_source), False)
-                          .to_numpy(zero_copy_only=False))
-    keys = pa.table({c: pc.take(subscriptions[c], kept) for c in ("topic", "subscription")})
-    order = pc.sort_indices(keys, [("topic", "ascending", "at_end"),
-                                   ("subscription", "ascending", "at_end")])
-    return subscriptions.take(kept[order.to_numpy()])
+def _owned(subscriptions: pa.Table, dropped: pa.Table) -> pa.Table:
+    """The subscriptions reported by the broker whose report of their topic was kept: all
+    but those of a dropped (source, topic) report. A broker's topics table has a row for
+    every topic its subscriptions name (tables.py derives it from them), so nothing else
+    can lose its topic."""
+    if dropped.num_rows == 0:
+        return subscriptions
+    lost = {(r["source"], r["topic"]) for r in dropped.to_pylist()}
+    candidates = np.flatnonzero(pc.is_in(subscriptions["topic"], dropped["topic"]).to_numpy())
+    pairs = subscriptions.select(["source", "topic"]).take(candidates).to_pylist()
+    keep = np.ones(subscriptions.num_rows, bool)
+    keep[[i for i, r in zip(candidates, pairs, strict=True)
+          if (r["source"], r["topic"]) in lost]] = False
+    return _kept(subscriptions, keep)
 
 
 def _sums(table: pa.Table, keys: list[str], prefix: str) -> pa.Table:
@@ -172,9 +202,9 @@ def _sums(table: pa.Table, keys: list[str], prefix: str) -> pa.Table:
 def _namespaces_per_source(topics: pa.Table, reported: pa.Table) -> pa.Table:
     """(source, namespace): sums over the broker's topics, or, where it reported no topic
     of the namespace, its namespace-level series."""
-    from_topics = _sums(topics.filter(topics["namespace"].is_valid()),
-                        ["source", "namespace"], "t_")
-    reported = reported.rename_columns(
+    from_topics = _plain(_sums(topics.filter(topics["namespace"].is_valid()),
+                               ["source", "namespace"], "t_"))
+    reported = _plain(reported).rename_columns(
         [n if n in ("source", "namespace") else f"n_{n}" for n in reported.column_names])
     joined = from_topics.join(reported, ["source", "namespace"], join_type="full outer",
                               use_threads=False)
@@ -191,6 +221,12 @@ def _namespaces_per_source(topics: pa.Table, reported: pa.Table) -> pa.Table:
     for n in _VALUE_COLUMNS:
         columns[n] = pc.if_else(has_topics, joined[f"t_{n}"], joined[f"n_{n}"])
     return pa.table(columns)
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """`source` as strings again, in a table of a few rows per source (joins want them)."""
+    i = table.schema.get_field_index("source")
+    return table.set_column(i, "source", table["source"].cast(pa.string()))
 
 
 def _namespaces(per_source: pa.Table) -> pa.Table:

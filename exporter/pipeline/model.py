@@ -11,7 +11,10 @@ Conventions, all tables:
 - Counts the pipeline computes itself (topics, lines) are `int64` and never null.
 - Topic keys are full names (`persistent://tenant/ns/topic`, `-partition-N` for a
   partition); namespaces are `tenant/ns` (`tenant/cluster/ns` for v1 names).
-- `source` is the broker source URL (`BrokerBody.source`).
+- `source` is the broker source URL (`BrokerBody.source`); in TOPICS and SUBSCRIPTIONS
+  dictionary-encoded, a code per row (Arrow sorts no dictionary column: cast it first).
+- TOPICS and SUBSCRIPTIONS rows come broker by broker, each broker's in its own order: the
+  merge shares the brokers' buffers rather than copying them into another order.
 - Bundles are named by their hash range (`0x00000000_0x40000000`, as the admin REST and
   `BundleOwnership.bundle` name them), next to a `namespace` column.
 """
@@ -49,6 +52,8 @@ FULL_BUNDLE = "0x00000000_0xffffffff"
 _F = pa.float64()
 _S = pa.string()
 _I = pa.int64()
+# Broker source URLs, one code per row: a fleet's topics and subscriptions share a handful.
+_SOURCE = pa.dictionary(pa.int32(), _S)
 
 # Per subscription, on the broker that owns its topic (see TOPICS for the ownership rule).
 # last_*_seconds: unix seconds (Apache Pulsar reports milliseconds, pulsar-lite seconds;
@@ -57,7 +62,7 @@ SUBSCRIPTIONS = pa.schema([
     ("topic", _S),
     ("namespace", _S),
     ("subscription", _S),
-    ("source", _S),
+    ("source", _SOURCE),
     ("backlog_messages", _F),  # pulsar_subscription_back_log
     ("unacked_messages", _F),  # pulsar_subscription_unacked_messages
     ("msg_out_total", _F),  # pulsar_out_messages_total{subscription=…}
@@ -81,7 +86,7 @@ SUBSCRIPTIONS = pa.schema([
 TOPICS = pa.schema([
     ("topic", _S),
     ("namespace", _S),
-    ("source", _S),
+    ("source", _SOURCE),
     ("msg_in_total", _F),  # pulsar_in_messages_total
     ("bytes_in_total", _F),  # pulsar_in_bytes_total
     ("msg_out_total", _F),

@@ -2,7 +2,7 @@
 synthetic Apache Pulsar bodies. Prints Markdown tables; not a test.
 
     .venv/bin/python -m tests.bench.pipeline [--sizes 10,1000,10000] [--fleet 1000,10000]
-        [--brokers 100] [--repeat 3] [--master local[2]]
+        [--engine 10000,100000] [--brokers 100] [--repeat 3] [--master local[2]]
 
 Per body (one broker):
 - `promtool check metrics` (Prometheus' Go parser, what `promtool` users would run) and a
@@ -17,6 +17,9 @@ own topic names, served by a separate process; job and merge seconds, samples/s,
 peak RSS of the driver (this process, counted from when the bodies are written: its cycles'
 peak, which holds the last cycle's Aggregates while the next is merged), the JVM and the
 Python workers (VmHWM).
+The engine: what the driver does next with the merged tables (`Decider.decide`), warm,
+in this process on the same bodies parsed here: seconds, per topic, and the resident
+growth it and the merge leave (the decisions and the engine's per-topic state).
 """
 
 from __future__ import annotations
@@ -57,9 +60,9 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _hwm_mb(pid: int | str = "self") -> float:
+def _hwm_mb(pid: int | str = "self", field: str = "VmHWM") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -191,10 +194,46 @@ def fleet(spark, totals: list[int], brokers: int, repeat: int, workdir: Path) ->
               f"| {workers:,.0f} |", flush=True)
 
 
+def engine(totals: list[int], brokers: int) -> None:
+    """What the driver does after the merge, per cycle: the engine's decisions (backlog
+    checks, resource groups, load), in this process on tables parsed here (no Spark)."""
+    from exporter.config.load import parse
+    from exporter.config.model import KEEP_ALL
+    from exporter.engine.decide import Decider
+    from exporter.pipeline.merge import merge
+    from exporter.pipeline.scrape import parsed_pieces, tables_of
+
+    print(f"\n### The engine after the merge ({brokers} brokers, warm: the second cycle)\n")
+    print("| topics | merge s | decide s | µs a topic | driver growth MB |")
+    print("|---:|---:|---:|---:|---:|")
+    for total in totals:
+        template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
+        tables = []
+        for b in range(brokers):
+            parts, facts = parsed_pieces(
+                [template.replace("/b0-topic-", f"/b{b}-topic-").encode()], KEEP_ALL)
+            tables.append((f"http://broker-{b}:8080/metrics", tables_of(dict(parts), facts)))
+        config = parse({"cluster": "bench", "sources": {"brokers": [
+            {"url": u} for u, _ in tables]}}, "bench.yaml")
+        decider, merged, decided = Decider(config), [], []
+        before = _hwm_mb(field="VmRSS")
+        for cycle in range(2):
+            t0 = time.perf_counter()
+            agg = merge(tables, {})
+            t1 = time.perf_counter()
+            decider.decide(agg, None, time.time() + 60 * cycle)
+            merged.append(t1 - t0)
+            decided.append(time.perf_counter() - t1)
+        grown = _hwm_mb(field="VmRSS") - before
+        print(f"| {agg.topics.num_rows:,} | {merged[-1]:.2f} | {decided[-1]:.1f} "
+              f"| {decided[-1] / agg.topics.num_rows * 1e6:.0f} | {grown:,.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10,1000,10000")
     parser.add_argument("--fleet", default="1000,10000,100000")
+    parser.add_argument("--engine", default="10000,100000")
     parser.add_argument("--brokers", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
@@ -212,6 +251,8 @@ def main() -> None:
         if args.fleet:
             fleet(spark, [int(s) for s in args.fleet.split(",")], args.brokers, args.repeat,
                   Path(tmp))
+    if args.engine:
+        engine([int(s) for s in args.engine.split(",")], args.brokers)
 
 
 if __name__ == "__main__":

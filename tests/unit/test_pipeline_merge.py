@@ -11,6 +11,8 @@ own formulas (tests/harness/synthetic.py), never from the code under test.
 # Body lines are real-format metric lines, longer than the line limit.
 # ruff: noqa: E501
 
+from dataclasses import replace
+
 import pyarrow as pa
 import pytest
 
@@ -208,6 +210,46 @@ def test_a_topic_on_two_brokers_is_counted_once(fleet):
     ns = _by(fleet.namespaces, "namespace")["acme/critical"]
     assert ns["msg_in_total"] == 100
     assert ns["topics"] == 1
+
+
+def _buffer(column: pa.ChunkedArray, chunk: int) -> int:
+    return column.chunk(chunk).buffers()[1].address
+
+
+def test_merged_rows_share_the_brokers_buffers_unless_a_broker_loses_one():
+    """What the driver holds twice at a million topics: the merge keeps each broker's
+    topics and subscriptions where they are, broker by broker, and copies only the chunk
+    of a broker whose report of a topic lost to another's."""
+    a, b, lite = _tables(BROKER_A), _tables(BROKER_B), _tables(LITE)
+    alone = merge([("http://lite/metrics", lite), ("http://broker-a/metrics", a)], {})
+    for name in ("topics", "subscriptions"):
+        merged, given = getattr(alone, name), (getattr(lite, name), getattr(a, name))
+        assert merged.num_rows == sum(t.num_rows for t in given), name
+        for i, table in enumerate(given):
+            assert _buffer(merged["msg_out_total"], i) == _buffer(table["msg_out_total"], 0)
+        assert merged["topic"].to_pylist() == [t for g in given for t in g["topic"].to_pylist()]
+    # A is stale (fresh sources: those with malformed counts): its `moved` loses to B's
+    tables = [("http://broker-a/metrics", a), ("http://broker-b/metrics", b),
+              ("http://lite/metrics", lite)]
+    moved = merge(tables, {}, malformed={u: t.malformed for u, t in tables[1:]}).topics
+    assert moved.num_rows == a.topics.num_rows - 1 + b.topics.num_rows + lite.topics.num_rows
+    copied, *shared = (_buffer(moved["msg_in_total"], i) for i in range(3))
+    assert copied != _buffer(a.topics["msg_in_total"], 0)
+    assert shared == [_buffer(t.topics["msg_in_total"], 0) for t in (b, lite)]
+
+
+def test_topics_sharing_a_hash_by_chance_are_both_kept():
+    """Reports named twice are found by their CRC-32; a collision is no duplicate."""
+    a, lite = _tables(BROKER_A), _tables(LITE)
+    i = lite.topics.schema.get_field_index("topic_hash")
+    colliding = lite.topics.set_column(
+        i, "topic_hash", pa.array([a.topics["topic_hash"][0].as_py()] * lite.topics.num_rows))
+    agg = merge([("http://broker-a/metrics", a),
+                 ("http://lite/metrics", replace(lite, topics=colliding))], {})
+    names = agg.topics["topic"].to_pylist()
+    assert sorted(names) == sorted(a.topics["topic"].to_pylist()
+                                   + lite.topics["topic"].to_pylist())
+    assert agg.subscriptions.num_rows == a.subscriptions.num_rows + lite.subscriptions.num_rows
 
 
 def test_a_fresh_report_of_a_topic_beats_a_stale_one_with_larger_counters():
