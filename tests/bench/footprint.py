@@ -13,7 +13,8 @@ First cycle: seconds from spawning the command to `/readyz` answering 200 (the f
 published). Resident: the sum of PSS over the exporter's process tree (RSS beside it, which
 counts pages the forked Python workers share once per worker), the broker left out,
 sampled every second; the median of the last half of the run, and the peak.
-`--hour`: one `run` for an hour, resident every minute, the growth from minute 5 to 60.
+`--hour`: one `run` for an hour, resident every 5 s; five-minute medians, the growth from
+minutes 5-10 to 55-60.
 Beside it, for scale: `promtool check metrics` on the same body (its own VmHWM), what a
 Go exporter of this kind holds per body it reads.
 """
@@ -169,18 +170,24 @@ def _summary(name: str, runs: list[tuple[float | None, list[dict[str, float]]]])
             f"| {peak:.0f} |")
 
 
-def _hour(samples: list[dict[str, float]]) -> str:
-    """One sample a minute → the resident MB of each part at a few minutes, and each
-    part's growth from minute 5 to the end (which part grows is what to look into)."""
+def _hour(samples: list[dict[str, float]], every: float) -> str:
+    """Samples every `every` s → each part's median resident MB over five-minute windows,
+    and the growth from the window after warm-up (minutes 5-10) to the last: a single
+    instant swings by tens of MB with where the cycle is, a window's median does not."""
     kinds = ("python", "jvm", "workers", "total")
-    minutes = [m for m in (1, 5, 10, 20, 30, 40, 50) if m < len(samples)] + [len(samples) - 1]
-    rows = ["\nOne hour of `run`, resident MB (PSS):\n",
-            "| minute | " + " | ".join(kinds) + " |", "|---:|" + "---:|" * len(kinds)]
-    rows += [f"| {m} | " + " | ".join(f"{samples[m][k]:.0f}" for k in kinds) + " |"
-             for m in minutes]
-    rows.append("| growth 5 → end | " + " | ".join(
-        f"{(samples[-1][k] - samples[5][k]) / samples[5][k] * 100:+.1f} %" for k in kinds)
-        + " |")
+    per = round(300 / every)
+    windows = [(m, samples[m * per // 5:(m + 5) * per // 5]) for m in range(0, 60, 5)]
+    windows = [(m, w) for m, w in windows if len(w) == per]
+    rows = ["\nOne hour of `run`, median resident MB (PSS) over five minutes:\n",
+            "| minutes | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
+    medians = [(m, {k: statistics.median(s[k] for s in w) for k in kinds}) for m, w in windows]
+    rows += [f"| {m}-{m + 5} | " + " | ".join(f"{v[k]:.0f}" for k in kinds) + " |"
+             for m, v in medians]
+    if len(medians) > 2:
+        first, last = medians[1][1], medians[-1][1]
+        rows.append(f"| growth {medians[1][0]}-{medians[1][0] + 5} → {medians[-1][0]}-"
+                    f"{medians[-1][0] + 5} | " + " | ".join(
+                        f"{(last[k] - first[k]) / first[k] * 100:+.1f} %" for k in kinds) + " |")
     return "\n".join(rows)
 
 
@@ -219,8 +226,8 @@ def main() -> None:
             print(f"\nBeside it: `promtool check metrics` on the same body holds "
                   f"{int(promtool.stderr.strip().splitlines()[-1]) / 1024:.0f} MB at its peak.")
             if args.hour:
-                _, samples = measure(argv, readyz, 3600, every=60)
-                print(_hour(samples))
+                _, samples = measure(argv, readyz, 3600, every=5)
+                print(_hour(samples, 5))
         finally:
             server.terminate()
 
