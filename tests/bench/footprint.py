@@ -4,7 +4,7 @@ the Spark JVM and Spark's Python workers; not the broker), on the demo and on `r
 Prints Markdown tables; not a test.
 
     .venv/bin/python -m tests.bench.footprint [--topics 1000] [--seconds 60] [--runs 3]
-        [--hour]
+        [--hour]   (`--runs 0 --hour`: the hour alone)
 
 - `demo`: `pulsar-quota-exporter demo` (its embedded pulsar-lite broker, 3 topics).
 - `run`: `pulsar-quota-exporter run` against a synthetic Apache Pulsar body of `--topics`
@@ -206,7 +206,8 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     runs = [measure([str(EXE), "demo", "--duration", str(int(args.seconds) + 30)],
                     "http://127.0.0.1:10049/readyz", args.seconds) for _ in range(args.runs)]
-    print(_summary("demo (3 topics)", runs), flush=True)
+    if runs:  # `--runs 0 --hour`: the hour alone
+        print(_summary("demo (3 topics)", runs), flush=True)
     with tempfile.TemporaryDirectory(prefix="pqe-footprint-") as tmp:
         folder = Path(tmp)
         body = folder / "metrics"
@@ -219,7 +220,8 @@ def main() -> None:
             argv = [str(EXE), "run", "--config.file", str(config)]
             readyz = f"http://127.0.0.1:{port}/readyz"
             runs = [measure(argv, readyz, args.seconds) for _ in range(args.runs)]
-            print(_summary(f"run ({args.topics:,} topics)", runs), flush=True)
+            if runs:
+                print(_summary(f"run ({args.topics:,} topics)", runs), flush=True)
             promtool = subprocess.run(
                 ["/usr/bin/time", "-f", "%M", "promtool", "check", "metrics"],
                 stdin=body.open("rb"), capture_output=True, text=True)
