@@ -94,15 +94,17 @@ def resident(pid: int) -> dict[str, float]:
     """MB by kind (PSS) over the process tree of `pid`, the broker left out; `rss` the
     tree's RSS summed."""
     out = {"python": 0.0, "jvm": 0.0, "workers": 0.0}
-    rss = 0.0
+    rss, workers = 0.0, 0
     for p in _tree(pid):
         kind = _kind(p)
         if kind is not None:
             r, pss = _memory_mb(p)
             out[kind] += pss
             rss += r
+            workers += kind == "workers"
     out["total"] = sum(out.values())
     out["rss"] = rss
+    out["worker_processes"] = workers  # the daemon and the workers it forked
     return out
 
 
@@ -179,10 +181,14 @@ def _hour(samples: list[dict[str, float]], every: float) -> str:
     windows = [(m, samples[m * per // 5:(m + 5) * per // 5]) for m in range(0, 60, 5)]
     windows = [(m, w) for m, w in windows if len(w) == per]
     rows = ["\nOne hour of `run`, median resident MB (PSS) over five minutes:\n",
-            "| minutes | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds)]
+            "| minutes | " + " | ".join(kinds) + " | worker processes (fewest-most) |",
+            "|---|" + "---:|" * (len(kinds) + 1)]
     medians = [(m, {k: statistics.median(s[k] for s in w) for k in kinds}) for m, w in windows]
-    rows += [f"| {m}-{m + 5} | " + " | ".join(f"{v[k]:.0f}" for k in kinds) + " |"
-             for m, v in medians]
+    counts = [(min(s["worker_processes"] for s in w), max(s["worker_processes"] for s in w))
+              for _, w in windows]
+    rows += [f"| {m}-{m + 5} | " + " | ".join(f"{v[k]:.0f}" for k in kinds)
+             + f" | {low:.0f}-{high:.0f} |"
+             for (m, v), (low, high) in zip(medians, counts, strict=True)]
     if len(medians) > 2:
         first, last = medians[1][1], medians[-1][1]
         rows.append(f"| growth {medians[1][0]}-{medians[1][0] + 5} → {medians[-1][0]}-"
