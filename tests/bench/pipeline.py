@@ -60,11 +60,16 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _hwm_mb(pid: int | str = "self", field: str = "VmHWM") -> float:
+def _status_mb(field: str, pid: int | str = "self") -> float:
+    """A memory field of /proc/<pid>/status (VmHWM: peak resident, VmRSS: now), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _hwm_mb(pid: int | str = "self") -> float:
+    return _status_mb("VmHWM", pid)
 
 
 def _reset_hwm() -> None:
@@ -216,7 +221,7 @@ def engine(totals: list[int], brokers: int) -> None:
         config = parse({"cluster": "bench", "sources": {"brokers": [
             {"url": u} for u, _ in tables]}}, "bench.yaml")
         decider, merged, decided = Decider(config), [], []
-        before = _hwm_mb(field="VmRSS")
+        before = _status_mb("VmRSS")
         for cycle in range(2):
             t0 = time.perf_counter()
             agg = merge(tables, {})
@@ -224,7 +229,7 @@ def engine(totals: list[int], brokers: int) -> None:
             decider.decide(agg, None, time.time() + 60 * cycle)
             merged.append(t1 - t0)
             decided.append(time.perf_counter() - t1)
-        grown = _hwm_mb(field="VmRSS") - before
+        grown = _status_mb("VmRSS") - before
         print(f"| {agg.topics.num_rows:,} | {merged[-1]:.2f} | {decided[-1]:.1f} "
               f"| {decided[-1] / agg.topics.num_rows * 1e6:.0f} | {grown:,.0f} |", flush=True)
 
