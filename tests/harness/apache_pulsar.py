@@ -20,6 +20,8 @@ code accounts for:
   hang meanwhile. Tests here let the broker evict by time only.
 - Ready means `GET /admin/v2/clusters` lists the cluster and `GET /admin/v2/brokers/ready`
   answers 200: the web service answers the former while the broker is still starting.
+  Each launch also waits for `public/default`: `PulsarStandalone` creates the `public` tenant
+  only after that, and a namespace created under it before then gets 404 "Tenant not found".
 - With `otel=True` the broker also serves OpenTelemetry's Prometheus exposition, on a port of
   its own (`otel_metrics_url`; ready once it answers too). `OTEL_*` variables of the
   caller's environment never reach the broker, with or without it.
@@ -272,6 +274,7 @@ class ApachePulsar(BrokerWeb, Workload):
                                             env=env, start_new_session=True)
         try:
             self._wait_ready(deadline)
+            self._wait_for_namespace("public/default", deadline)
         except BaseException:
             self.stop()
             raise

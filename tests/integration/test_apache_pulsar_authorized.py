@@ -66,9 +66,6 @@ def authorized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredPuls
                            overrides={"authorizationEnabled": "true"})
     broker.start()
     try:
-        # PulsarStandalone creates the public tenant just after the web service answers
-        poll(lambda: "public/default" in broker.admin("GET", "/admin/v2/namespaces/public"),
-             "the standalone's public/default namespace")
         yield broker
     finally:
         broker.stop()
