@@ -199,7 +199,12 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
           pulsar: PulsarQuotas | None = None) -> TopicDecision:
     """Check one topic's backlog against its quota and plan the eviction it requires.
     `pulsar`: Pulsar's own policies, used unless `quotas.source` is `config`."""
-    limits = resolve(state.topic, state.namespace, quotas, pulsar)
+    return check_against(state, resolve(state.topic, state.namespace, quotas, pulsar), now)
+
+
+def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
+                  ) -> TopicDecision:
+    """`check` with the topic's quota already resolved (quotas.Resolver, once a cycle)."""
     quota, source = limits.as_quota(), limits.source
     ordered = _oldest_first(state.subscriptions)
     avg = _usable(state.average_message_size)
@@ -231,13 +236,14 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
 
     holder = ordered[0]
     oldest = holder.oldest_publish_time
-    holder_bytes, size_basis = _bytes(holder, avg)
+    holder_bytes, size_basis = _approximate_bytes(holder, avg)
     if limit_size is None:
         size = LimitStatus.NO_LIMIT
     elif holder_bytes is None:
         size = LimitStatus.UNKNOWN
     else:
-        size = LimitStatus.EXCEEDED if holder_bytes > limit_size else LimitStatus.WITHIN
+        size = LimitStatus.EXCEEDED if _more_than(holder, avg, limit_size) \
+            else LimitStatus.WITHIN
     if cutoff is None:
         time = LimitStatus.NO_LIMIT
     elif oldest is None:
@@ -271,7 +277,7 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
             HolderBasis.LARGEST_BACKLOG if oldest is None else HolderBasis.OLDEST_MESSAGE
         ),
         backlog_messages=holder.backlog_messages,
-        backlog_bytes=None if holder_bytes is None else float(holder_bytes),
+        backlog_bytes=holder_bytes,
         size_basis=size_basis,
         oldest_publish_time=oldest,
         time_source=None if oldest is None else holder.time_source,
@@ -313,6 +319,28 @@ def _bytes(sub: SubscriptionBacklog, avg: float | None) -> tuple[Fraction | None
     if avg is not None:
         return sub.backlog_messages * Fraction(avg), SizeBasis.FROM_AVERAGE
     return None, SizeBasis.UNKNOWN
+
+
+def _approximate_bytes(sub: SubscriptionBacklog, avg: float | None,
+                       ) -> tuple[float | None, SizeBasis]:
+    """`_bytes` as the nearest float, without a Fraction (slow, and asked for every topic):
+    a float times an int below 2**53 is rounded once either way. Compare with `_more_than`,
+    which is exact."""
+    if sub.backlog_bytes is not None:
+        return float(sub.backlog_bytes), SizeBasis.REPORTED
+    if avg is not None:
+        return sub.backlog_messages * avg, SizeBasis.FROM_AVERAGE
+    return None, SizeBasis.UNKNOWN
+
+
+def _more_than(sub: SubscriptionBacklog, avg: float | None, limit: int) -> bool:
+    """The subscription's backlog bytes (`_bytes`, known) exceed `limit`, exactly: the
+    rounded product may land on the limit when the exact one is just over it."""
+    if sub.backlog_bytes is not None:
+        return sub.backlog_bytes > limit
+    assert avg is not None  # the bytes are known
+    numerator, denominator = avg.as_integer_ratio()
+    return sub.backlog_messages * numerator > limit * denominator
 
 
 def _bytes_per_message(sub: SubscriptionBacklog, avg: float | None) -> Fraction | None:

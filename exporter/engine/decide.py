@@ -23,10 +23,11 @@ from exporter.engine.backlog import (
     TimeSource,
     TopicBacklogState,
     TopicDecision,
-    check,
+    check_against,
 )
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
+from exporter.engine.quotas import Resolver
 from exporter.engine.systemtopics import is_system_topic
 from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
 from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
@@ -217,7 +218,7 @@ class Decider:
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now
         quotas = self.config.backlog_quotas
-        pulsar = admin.quotas if admin else None
+        limits, unlimited = Resolver(quotas, admin.quotas if admin else None), Resolver(NO_QUOTAS)
         decisions: list[TopicDecision] = []
         max_age: dict[str, float] = {}
         doubted: list[str] = []
@@ -245,10 +246,9 @@ class Decider:
             state = self._topic_state(topic, ns, published, bytes_f, subs.get(topic, []),
                                       stats.get(topic), admin_at, now, broker_age, size,
                                       measured, sub_ages)
-            if system and is_system_topic(topic):  # the broker's SystemTopic: never over
-                decision = check(state, NO_QUOTAS, now, None)
-            else:
-                decision = check(state, quotas, now, pulsar)
+            # the broker's SystemTopic is never over a quota
+            resolver = unlimited if system and is_system_topic(topic) else limits
+            decision = check_against(state, resolver(topic, ns), now)
             decisions.append(decision)
             if decision.limits is not None and disagrees(decision.limits, limit_size, limit_time):
                 doubted.append(topic)

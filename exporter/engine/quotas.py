@@ -43,6 +43,7 @@ class QuotaSource(StrEnum):
 
 
 _SPECIFICITY = (QuotaSource.TOPIC, QuotaSource.NAMESPACE, QuotaSource.DEFAULT)
+_LEVELS = {level.value: level for level in QuotaSource}  # a lookup: the check asks per topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,7 @@ class Limit:
 
     @property
     def level(self) -> QuotaSource:
-        return QuotaSource(self.origin.partition(":")[2])
+        return _LEVELS[self.origin.partition(":")[2]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,3 +148,30 @@ def resolve(topic: str, namespace: str, quotas: BacklogQuotas,
             fallback = quota
     return ResolvedQuota(*(_pulsar_type(topic, namespace, kind, pulsar, fallback)
                            for kind in (QuotaType.SIZE, QuotaType.TIME)))
+
+
+class Resolver:
+    """`resolve` over one cycle's topics. A topic no topic-level entry names (the YAML's or
+    Pulsar's, for it or its partitioned topic) resolves as its namespace does, so each
+    namespace is resolved once, not once per topic."""
+
+    __slots__ = ("_by_namespace", "_named", "pulsar", "quotas")
+
+    def __init__(self, quotas: BacklogQuotas, pulsar: PulsarQuotas | None = None) -> None:
+        self.quotas, self.pulsar = quotas, pulsar
+        self._named = (quotas.topics, pulsar.topics if pulsar else {})
+        self._by_namespace: dict[str, ResolvedQuota] = {}
+
+    def __call__(self, topic: str, namespace: str) -> ResolvedQuota:
+        if any(self._named) and self._names(topic):
+            return resolve(topic, namespace, self.quotas, self.pulsar)
+        limits = self._by_namespace.get(namespace)
+        if limits is None:
+            limits = self._by_namespace[namespace] = resolve(topic, namespace, self.quotas,
+                                                             self.pulsar)
+        return limits
+
+    def _names(self, topic: str) -> bool:
+        parent = partitioned_parent(topic)
+        return any(topic in entries or (parent is not None and parent in entries)
+                   for entries in self._named)

@@ -174,6 +174,15 @@ def test_bytes_come_from_the_average_message_size_when_not_reported() -> None:
     assert decision.size is LimitStatus.EXCEEDED
 
 
+def test_a_size_a_float_rounds_onto_the_limit_is_still_over_it() -> None:
+    # 0.1 is stored as 0.1000000000000000055…: ten such messages are just over 1 byte,
+    # while their float product rounds to 1.0, the limit.
+    assert 10 * 0.1 == 1.0 and 10 * Fraction(0.1) > 1
+    decision = check(state(sub("s", 10), avg=0.1), quotas(limit_size=1), now=0.0)
+    assert decision.backlog_bytes == 1.0
+    assert decision.size is LimitStatus.EXCEEDED
+
+
 def test_size_is_unknown_without_bytes_or_average() -> None:
     decision = check(state(sub("s", 30)), quotas(limit_size=1, policy=EVICT), now=0.0)
     assert decision.size_basis is SizeBasis.UNKNOWN
@@ -323,6 +332,21 @@ def exact_bytes(s: SubscriptionBacklog, avg: float | None) -> tuple[Fraction, Fr
         return Fraction(s.backlog_bytes), Fraction(s.backlog_bytes, s.backlog_messages)
     assert avg is not None
     return s.backlog_messages * Fraction(avg), Fraction(avg)
+
+
+@given(topic=topic_states, quota=eviction_quotas)
+def test_the_size_check_compares_the_exact_bytes(topic, quota) -> None:
+    """The holder's bytes are published as the float nearest the exact product, and the
+    limit is compared with the exact product itself."""
+    decision = check(topic, BacklogQuotas(default=quota), 0.0)
+    holder = next((s for s in topic.subscriptions if s.name == decision.holder), None)
+    if holder is None or decision.size_basis is SizeBasis.UNKNOWN:
+        assert decision.size in (LimitStatus.NO_LIMIT, LimitStatus.UNKNOWN, LimitStatus.WITHIN)
+        return
+    backlog, _ = exact_bytes(holder, topic.average_message_size)
+    assert decision.backlog_bytes == float(backlog)
+    if quota.limit_size is not None:
+        assert (decision.size is LimitStatus.EXCEEDED) == (backlog > quota.limit_size)
 
 
 @given(topic=topic_states, quota=eviction_quotas, now=st.floats(0, 3 * 10**6))

@@ -15,7 +15,7 @@ from exporter.engine.backlog import (
     TopicBacklogState,
     check,
 )
-from exporter.engine.quotas import QuotaSource, configured, resolve
+from exporter.engine.quotas import QuotaSource, Resolver, configured, resolve
 from exporter.sources.model import PulsarQuotas, QuotaType, TypedQuota
 
 NS = "acme/orders"
@@ -150,3 +150,26 @@ def test_each_type_acts_on_its_own_policy() -> None:
     d = check(small, BacklogQuotas(source=PULSAR), 100.0, p)
     assert d.action is Action.CONSUMER_BACKLOG_EVICTION and d.quota.policy is EVICT
     assert (d.limits.size.origin, d.limits.time.origin) == ("pulsar:namespace",) * 2
+
+
+# --- once a cycle ----------------------------------------------------------------------------
+
+
+@given(st.sampled_from(list(PolicySource)), st.booleans(), st.booleans(), st.booleans())
+def test_the_cycles_resolver_answers_as_resolve_for_every_topic(
+        mode, yaml_topic, pulsar_topic, pulsar_given) -> None:
+    """Topics no topic-level entry names share their namespace's resolution; a topic or
+    partition an entry names (the YAML's or Pulsar's, for it or its parent) gets its own."""
+    quotas = BacklogQuotas(default=BacklogQuota(limit_size=7),
+                           namespaces={NS: BacklogQuota(limit_time=60)},
+                           topics={TOPIC: BacklogQuota(limit_time=5)} if yaml_topic else {},
+                           source=mode)
+    p = pulsar(default={SIZE: TypedQuota(100)}, namespaces={NS: {TIME: TypedQuota(30)}},
+               topics={f"persistent://{NS}/t2": {SIZE: TypedQuota(-1)}} if pulsar_topic
+               else {}) if pulsar_given else None
+    resolver = Resolver(quotas, p)
+    topics = [f"persistent://{NS}/{name}" for name in ("other", "t1", "t1-partition-3", "t2",
+                                                        "t2-partition-0", "t3")]
+    for topic in [*topics, *reversed(topics), "persistent://x/y/z"]:
+        namespace = topic.split("://")[1].rsplit("/", 1)[0]
+        assert resolver(topic, namespace) == resolve(topic, namespace, quotas, p), topic
