@@ -117,7 +117,9 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
                               jvmarchive.after_first(cycle, config.spark.master),
                               exporter.skipped)
         if duration is not None:
-            threading.Timer(duration, scheduler.stop).start()
+            timer = threading.Timer(duration, scheduler.stop)
+            timer.daemon = True  # a stop before it (Ctrl-C, SIGTERM) must not wait it out
+            timer.start()
         try:
             scheduler.run()
         except KeyboardInterrupt:

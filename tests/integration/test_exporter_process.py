@@ -237,9 +237,10 @@ def _demo_brokers() -> list[int]:
 @pytest.mark.lite  # the demo's embedded broker
 def test_the_demo_stops_its_embedded_broker_on_sigterm(tmp_path: Path) -> None:
     """As a service manager (or `timeout -s TERM`) stops it: the demo exits 143 and its
-    broker, in a process group of its own, goes with it."""
+    broker, in a process group of its own, goes with it. A `--duration` far off does not
+    hold the exit (its timer once kept the process alive until then)."""
     assert _demo_brokers() == [], "a demo broker is already running"
-    demo = ManagedProcess("demo", [CLI, "demo"], tmp_path,
+    demo = ManagedProcess("demo", [CLI, "demo", "--duration", "600"], tmp_path,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"}).start()
     try:
         poll(lambda: "starting Spark" in demo.log() and _demo_brokers(),
