@@ -236,13 +236,14 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
 
     holder = ordered[0]
     oldest = holder.oldest_publish_time
-    holder_bytes, size_basis = _approximate_bytes(holder, avg)
+    holder_bytes, size_basis = _bytes(holder, avg)
     if limit_size is None:
         size = LimitStatus.NO_LIMIT
     elif holder_bytes is None:
         size = LimitStatus.UNKNOWN
     else:
-        size = LimitStatus.EXCEEDED if _more_than(holder, avg, limit_size) \
+        numerator, denominator = holder_bytes
+        size = LimitStatus.EXCEEDED if numerator > limit_size * denominator \
             else LimitStatus.WITHIN
     if cutoff is None:
         time = LimitStatus.NO_LIMIT
@@ -277,7 +278,7 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
             HolderBasis.LARGEST_BACKLOG if oldest is None else HolderBasis.OLDEST_MESSAGE
         ),
         backlog_messages=holder.backlog_messages,
-        backlog_bytes=holder_bytes,
+        backlog_bytes=None if holder_bytes is None else holder_bytes[0] / holder_bytes[1],
         size_basis=size_basis,
         oldest_publish_time=oldest,
         time_source=None if oldest is None else holder.time_source,
@@ -313,34 +314,17 @@ def _oldest_first(subscriptions: Sequence[SubscriptionBacklog]) -> list[Subscrip
     return timed + untimed
 
 
-def _bytes(sub: SubscriptionBacklog, avg: float | None) -> tuple[Fraction | None, SizeBasis]:
+def _bytes(sub: SubscriptionBacklog, avg: float | None,
+           ) -> tuple[tuple[int, int] | None, SizeBasis]:
+    """The subscription's backlog bytes, exactly, as a numerator and a denominator. Integers,
+    not a Fraction: the check asks for every topic, and a Fraction costs far more than the
+    comparison. Their quotient (int / int) is the nearest float, as the Fraction's was."""
     if sub.backlog_bytes is not None:
-        return Fraction(sub.backlog_bytes), SizeBasis.REPORTED
+        return (sub.backlog_bytes, 1), SizeBasis.REPORTED
     if avg is not None:
-        return sub.backlog_messages * Fraction(avg), SizeBasis.FROM_AVERAGE
+        numerator, denominator = avg.as_integer_ratio()
+        return (sub.backlog_messages * numerator, denominator), SizeBasis.FROM_AVERAGE
     return None, SizeBasis.UNKNOWN
-
-
-def _approximate_bytes(sub: SubscriptionBacklog, avg: float | None,
-                       ) -> tuple[float | None, SizeBasis]:
-    """`_bytes` as the nearest float, without a Fraction (slow, and asked for every topic):
-    a float times an int below 2**53 is rounded once either way. Compare with `_more_than`,
-    which is exact."""
-    if sub.backlog_bytes is not None:
-        return float(sub.backlog_bytes), SizeBasis.REPORTED
-    if avg is not None:
-        return sub.backlog_messages * avg, SizeBasis.FROM_AVERAGE
-    return None, SizeBasis.UNKNOWN
-
-
-def _more_than(sub: SubscriptionBacklog, avg: float | None, limit: int) -> bool:
-    """The subscription's backlog bytes (`_bytes`, known) exceed `limit`, exactly: the
-    rounded product may land on the limit when the exact one is just over it."""
-    if sub.backlog_bytes is not None:
-        return sub.backlog_bytes > limit
-    assert avg is not None  # the bytes are known
-    numerator, denominator = avg.as_integer_ratio()
-    return sub.backlog_messages * numerator > limit * denominator
 
 
 def _bytes_per_message(sub: SubscriptionBacklog, avg: float | None) -> Fraction | None:
@@ -358,7 +342,8 @@ def _size_plan(
     limit = target
     plan: list[SizeEviction] = []
     for sub in ordered:
-        backlog, _ = _bytes(sub, avg)
+        exact, _ = _bytes(sub, avg)
+        backlog = None if exact is None else Fraction(*exact)
         per_message = _bytes_per_message(sub, avg)
         if backlog is None or per_message is None or backlog <= limit or per_message <= 0:
             break  # the topic backlog is within the limit from here on (or unknowable)

@@ -159,11 +159,12 @@ class Resolver:
 
     def __init__(self, quotas: BacklogQuotas, pulsar: PulsarQuotas | None = None) -> None:
         self.quotas, self.pulsar = quotas, pulsar
-        self._named = (quotas.topics, pulsar.topics if pulsar else {})
+        # the topic-level entries there are (none, mostly: then no topic needs a look)
+        self._named = tuple(e for e in (quotas.topics, pulsar.topics if pulsar else {}) if e)
         self._by_namespace: dict[str, ResolvedQuota] = {}
 
     def __call__(self, topic: str, namespace: str) -> ResolvedQuota:
-        if any(self._named) and self._names(topic):
+        if self._named and self._names(topic):
             return resolve(topic, namespace, self.quotas, self.pulsar)
         limits = self._by_namespace.get(namespace)
         if limits is None:
