@@ -57,6 +57,8 @@ __all__ = ["OTEL_ENV", "STANDALONE_OVERRIDES", "VERSION", "ApachePulsar", "Apach
            "BrokerFailed", "apache_pulsar_fixture", "poll"]
 
 T = TypeVar("T")
+# What every launch waits for before it is handed out (module docstring: the race on `public`).
+DEFAULT_NAMESPACES = ("public/default",)
 TRANSPORT = "org.apache.pulsar.broker.resourcegroup.ResourceUsageTopicTransportManager"
 STANDALONE_OVERRIDES: Mapping[str, str] = {
     "clusterName": "standalone",
@@ -232,8 +234,8 @@ class ApachePulsar(BrokerWeb, Workload):
         deadline = began + timeout
         fresh = not (self.workdir / "data").exists()
         if self.resource_usage_transport and fresh:
-            self._launch(transport=False, deadline=deadline)
-            self._wait_for_namespace("pulsar/system", deadline)
+            self._launch(transport=False, deadline=deadline,
+                         namespaces=(*DEFAULT_NAMESPACES, "pulsar/system"))
             self.stop()
         self._launch(transport=self.resource_usage_transport, deadline=deadline)
         self.start_seconds = time.monotonic() - began
@@ -251,7 +253,10 @@ class ApachePulsar(BrokerWeb, Workload):
                                    *(f"{k}={v}" for k, v in keys.items())]) + "\n")
         return path
 
-    def _launch(self, *, transport: bool, deadline: float) -> None:
+    def _launch(self, *, transport: bool, deadline: float,
+                namespaces: tuple[str, ...] = DEFAULT_NAMESPACES) -> None:
+        """Start the broker and wait for it and `namespaces`; on failure (a timeout too)
+        stop it, so that no caller leaks a running broker."""
         data = self.workdir / "data"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PULSAR_", "OTEL_"))}
         if self.otel:
@@ -274,7 +279,8 @@ class ApachePulsar(BrokerWeb, Workload):
                                             env=env, start_new_session=True)
         try:
             self._wait_ready(deadline)
-            self._wait_for_namespace("public/default", deadline)
+            for namespace in namespaces:
+                self._wait_for_namespace(namespace, deadline)
         except BaseException:
             self.stop()
             raise
