@@ -205,3 +205,36 @@ def test_keeping_sigint_handler_puts_the_previous_handler_back():
         assert signal.getsignal(signal.SIGINT) is mine
     finally:
         signal.signal(signal.SIGINT, original)
+
+
+
+@pytest.mark.spark  # starts this process's SparkSession (a JVM)
+def test_local_workers_keep_glibcs_mmap_threshold_fixed():
+    """The worker daemon turns glibc's dynamic mmap threshold off (daemon.py): megabyte
+    buffers are unmapped at free, not kept in a heap that fragments."""
+
+    def mapped_after_a_large_free(_: object = None) -> int:
+        """1 when glibc mmaps a 1 MiB allocation made right after an 8 MiB chunk was freed;
+        0 when it takes it from the heap, as its dynamic threshold does (raised to 8 MiB by
+        that free). Local, so that Spark ships it to the workers by value."""
+        import ctypes
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+
+        libc = ctypes.CDLL(None)
+        libc.mallinfo2.restype = MallInfo2
+        large = bytearray(8 << 20)
+        del large
+        before = libc.mallinfo2().hblks
+        chunk = bytearray(1 << 20)
+        mapped = libc.mallinfo2().hblks - before
+        del chunk
+        return mapped
+
+    assert mapped_after_a_large_free() == 0  # this process: glibc's default, the heap
+    spark = get_session(Spark(master="local[2]"))
+    mapped = udf(mapped_after_a_large_free, "int", useArrow=False)
+    assert spark.range(2).repartition(2).select(mapped("id")).collect() == [(1,), (1,)]
