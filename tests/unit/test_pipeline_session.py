@@ -13,6 +13,7 @@ from pyspark.sql.functions import udf
 
 from exporter.config.model import Spark
 from exporter.pipeline import jvmarchive
+from exporter.pipeline.daemon import trimmed
 from exporter.pipeline.session import (
     JVM_OPTIONS,
     get_session,
@@ -208,33 +209,35 @@ def test_keeping_sigint_handler_puts_the_previous_handler_back():
 
 
 
+
+def _heap_resident_kb() -> int:
+    """Resident KiB of this process's brk heap (glibc's main arena)."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    start = next(n for n, line in enumerate(lines) if line.endswith("[heap]"))
+    return next(int(line.split()[1]) for line in lines[start + 1:] if line.startswith("Rss:"))
+
+
+def test_a_task_hands_the_heaps_free_pages_back_to_the_os():
+    """What made Spark's workers step up for good: freed megabytes below a live chunk, which
+    glibc keeps (daemon.py). `trimmed` returns them after each task."""
+    kept = []
+
+    def fragmenting_task(infile: object, outfile: object) -> None:
+        large = bytearray(16 << 20)
+        del large  # glibc now takes chunks below 16 MiB from the heap
+        chunks = [bytearray(1 << 20) for _ in range(24)]
+        kept.append(bytearray(300 << 10))  # long-lived, above them
+        del chunks
+
+    fragmenting_task(None, None)
+    untrimmed = _heap_resident_kb()
+    trimmed(lambda infile, outfile: None)(None, None)
+    assert untrimmed - _heap_resident_kb() >= 16 << 10
+    assert kept
+
+
 @pytest.mark.spark  # starts this process's SparkSession (a JVM)
-def test_local_workers_keep_glibcs_mmap_threshold_fixed():
-    """The worker daemon turns glibc's dynamic mmap threshold off (daemon.py): megabyte
-    buffers are unmapped at free, not kept in a heap that fragments."""
-
-    def mapped_after_a_large_free(_: object = None) -> int:
-        """1 when glibc mmaps a 1 MiB allocation made right after an 8 MiB chunk was freed;
-        0 when it takes it from the heap, as its dynamic threshold does (raised to 8 MiB by
-        that free). Local, so that Spark ships it to the workers by value."""
-        import ctypes
-
-        class MallInfo2(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                "uordblks", "fordblks", "keepcost")]
-
-        libc = ctypes.CDLL(None)
-        libc.mallinfo2.restype = MallInfo2
-        large = bytearray(8 << 20)
-        del large
-        before = libc.mallinfo2().hblks
-        chunk = bytearray(1 << 20)
-        mapped = libc.mallinfo2().hblks - before
-        del chunk
-        return mapped
-
-    assert mapped_after_a_large_free() == 0  # this process: glibc's default, the heap
+def test_local_workers_trim_after_each_task():
     spark = get_session(Spark(master="local[2]"))
-    mapped = udf(mapped_after_a_large_free, "int", useArrow=False)
-    assert spark.range(2).repartition(2).select(mapped("id")).collect() == [(1,), (1,)]
+    main = udf(lambda _: __import__("pyspark.worker").worker.main.__qualname__, useArrow=False)
+    assert spark.range(1).select(main("id")).first()[0] == "trimmed.<locals>.task"
