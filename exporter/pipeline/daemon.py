@@ -66,7 +66,8 @@ def trimmed(main: Callable[[BinaryIO, BinaryIO], None]) -> Callable[[BinaryIO, B
     at its 677th task, in three runs, one long-lived ~0.9 MB allocation landed above the
     freed buffers; the heap grew from 22 to 47 MB, 31 MB of it free and never returned
     (+25-30 MB resident for good: the step at minute 54 of the hour runs). Trimmed after
-    each task, the worker stayed at 87-95 MB after that task (0.5-5 ms a trim). A fixed
+    each task, its anonymous memory stayed at 80-97 MiB after that task, where it had gone
+    from 82-106 to 114-136 MiB (a trim: 0.7 ms median, 6 ms at most). A fixed
     threshold instead (`mallopt`) kept the heap small too, but mmapped every numpy
     temporary of a large body afresh: a 10k-topic cycle took 2.38 s, not 1.73 s."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
