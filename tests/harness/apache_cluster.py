@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -46,6 +48,8 @@ from tests.harness.workload import Workload
 __all__ = ["ApacheCluster", "ClusterBroker", "apache_cluster_fixture"]
 
 CLUSTER = "cluster-a"
+# What a broker answers while a bundle changes hands (`NamespaceService`, `OwnershipCache`).
+_MOVING = re.compile(r"Failed to acquire ownership|currently being unloaded|Please redo the lookup")
 _GC = "-XX:+UseG1GC -XX:ParallelGCThreads=2 -XX:ConcGCThreads=1 -XX:+PerfDisableSharedMem"
 # The standalone's test keys that are a broker's (the rest are its embedded bookie's).
 _BROKER_KEYS = {k: v for k, v in STANDALONE_OVERRIDES.items()
@@ -259,10 +263,26 @@ class ApacheCluster:
 
     # --- what tests ask -------------------------------------------------------------------
     def owner(self, topic: str) -> str:
-        """The broker id that owns `topic` now (a lookup: loads it if nobody does)."""
+        """The broker id that owns `topic` now (a lookup: loads it if nobody does).
+
+        Asked again while the bundle changes hands: just after an unload, the broker the load
+        manager picks can lose the bundle's lock and answer 500 "Failed to acquire ownership"
+        (`NamespaceService.searchForCandidateBroker`), or 503 while it is still unloading, and
+        Pulsar's own clients redo the lookup then. Any other error fails at once."""
         path = topic.replace("://", "/", 1)
-        found = self.any_broker().admin("GET", f"/lookup/v2/topic/{path}", timeout=30)
-        return found["httpUrl"].split("://", 1)[1].rstrip("/")
+
+        def lookup() -> str | urllib.error.HTTPError:
+            try:
+                found = self.any_broker().admin("GET", f"/lookup/v2/topic/{path}", timeout=30)
+            except urllib.error.HTTPError as answer:
+                if answer.code in (500, 503) and _MOVING.search(answer.msg or ""):
+                    return answer
+                raise
+            return found["httpUrl"].split("://", 1)[1].rstrip("/")
+
+        found = poll(lookup, f"an owner of {topic}", 60, 0.5, until=lambda v: isinstance(v, str))
+        assert isinstance(found, str)
+        return found
 
     def bundle_of(self, topic: str) -> str:
         """The hash range of the bundle holding `topic` (answered as plain text)."""
