@@ -15,6 +15,7 @@ from exporter.config.model import Spark
 from exporter.pipeline import jvmarchive
 from exporter.pipeline.daemon import trimmed
 from exporter.pipeline.session import (
+    FINISHED_KEPT,
     JVM_OPTIONS,
     get_session,
     keeping_sigint_handler,
@@ -22,6 +23,7 @@ from exporter.pipeline.session import (
     package_zip,
     session_conf,
 )
+from tests.harness.wait import poll
 
 
 def test_local_masters_are_bound_to_loopback_and_run_this_python():
@@ -238,3 +240,19 @@ def test_local_workers_trim_after_each_task():
     spark = get_session(Spark(master="local[2]"))
     main = udf(lambda _: __import__("pyspark.worker").worker.main.__qualname__, useArrow=False)
     assert spark.range(1).select(main("id")).first()[0] == "trimmed.<locals>.task"
+
+
+@pytest.mark.spark  # starts this process's SparkSession (a JVM)
+def test_the_driver_keeps_only_a_few_finished_jobs_and_sql_executions():
+    """Spark's defaults keep 1,000 of each: the driver's heap would grow for 1,000 cycles."""
+    spark = get_session(Spark(master="local[2]"))
+    for _ in range(FINISHED_KEPT + 15):
+        spark.range(2).toArrow()  # one SQL execution and one job, as a cycle's `toArrow`
+    status = spark._jsparkSession.sharedState().statusStore()
+    tracker = spark.sparkContext.statusTracker()
+
+    def kept() -> tuple[int, int]:  # the store forgets on a thread of its own
+        return len(tracker.getJobIdsForGroup(None)), status.executionsCount()
+
+    poll(kept, "the status store trimmed", 30, 0.2,
+         until=lambda n: max(n) <= FINISHED_KEPT)
