@@ -39,12 +39,14 @@ def test_a_steady_cycle_reads_stats_only_where_needed(apache_pulsar: ApachePulsa
     for topic in topics:
         broker.create_subscription(topic, "s")
     over = topics[0]
+    broker.produce(over, 30, size=PAYLOAD)  # over its namespace's 2,000 B (below)
+    for topic in topics[1:4]:
+        broker.produce(topic, 2, size=PAYLOAD)  # within it
+    # The quota comes after the messages: the broker's own check (every 2 s here) holds a
+    # producer that is over it, and one caught mid-way would time out its sends.
     broker.admin("POST", f"/admin/v2/namespaces/{namespaces[0]}/backlogQuota"
                  "?backlogQuotaType=destination_storage",
                  {"limitSize": 10 * PAYLOAD, "policy": "producer_request_hold"})
-    broker.produce(over, 30, size=PAYLOAD)  # over its namespace's 2,000 B
-    for topic in topics[1:4]:
-        broker.produce(topic, 2, size=PAYLOAD)  # within it
     with CountingProxy(broker.web_url) as proxy:
         exporter = _exporter(broker, proxy.url)
         try:
