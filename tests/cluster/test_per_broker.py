@@ -119,7 +119,12 @@ def test_per_broker_exporters_split_a_group_as_the_brokers_do(
         ours = poll(split, "both exporters splitting the group between them", timeout=120,
                     interval=1.0, show=lambda: [e.status().get("resource_groups")
                                                 for e in exporters])
-        theirs = [_brokers_quota(b, group, 5 * PERIOD) for b in apache_cluster.brokers]
+        # Each broker recomputes on its own period: read until both have heard the other's
+        # usage (their quotas sum to the limit), not once.
+        theirs = poll(lambda: [_brokers_quota(b, group, 5 * PERIOD)
+                               for b in apache_cluster.brokers],
+                      "the brokers splitting the group between them", timeout=120, interval=0,
+                      until=lambda q: abs(sum(q) - LIMIT) <= TOLERANCE and min(q) > 0)
         print(f"split of {LIMIT} msg/s at {RATES}: exporters {ours}, brokers {theirs}")
         expected = [LIMIT * r / sum(RATES) for r in RATES]
         for got, brokers, want in zip(ours, theirs, expected, strict=True):
