@@ -56,7 +56,7 @@ PYTHON_KEY = "spark.pyspark.python"
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m -XX:MinHeapFreeRatio=10 "
                "-XX:MaxHeapFreeRatio=30")
 
-# Finished jobs, stages, tasks a stage and SQL executions the driver remembers.
+# Finished jobs, stages, tasks a stage, SQL executions and lost executors the driver remembers.
 FINISHED_KEPT = 10
 _RETAINED = ("spark.ui.retainedJobs", "spark.ui.retainedStages", "spark.ui.retainedTasks",
              "spark.sql.ui.retainedExecutions", "spark.ui.retainedDeadExecutors")
