@@ -165,8 +165,24 @@ class BrokerWeb:
         return self.admin("GET", f"{path}/stats?getEarliestTimeInBacklog=true")
 
     def metrics_text(self) -> str:
-        with urllib.request.urlopen(self.metrics_url, timeout=30) as resp:
-            return resp.read().decode("utf-8")
+        """The broker's /metrics body. A 5xx is asked again, for up to 30 s: a broker just
+        restarted once answered 500 in CI, half a second after the exporter's own fetch
+        got the body. What the tests read here is their oracle, not the
+        product under test; the product's handling of a 5xx is tested on its own."""
+
+        def fetch() -> str | urllib.error.HTTPError:
+            try:
+                with urllib.request.urlopen(self.metrics_url, timeout=30) as resp:
+                    return resp.read().decode("utf-8")
+            except urllib.error.HTTPError as answer:
+                if answer.code >= 500:
+                    return answer
+                raise
+
+        body = poll(fetch, f"{self.metrics_url} answered", 30, 0.5,
+                    until=lambda v: isinstance(v, str))
+        assert isinstance(body, str)
+        return body
 
     def metrics(self) -> Metrics:
         return Metrics(self.metrics_text())
