@@ -310,11 +310,12 @@ class ApachePulsar(BrokerWeb, Workload):
             with contextlib.suppress(OSError, ValueError):
                 if (self.cluster in self.admin("GET", "/admin/v2/clusters", timeout=2)
                         and self._answers(self.web_url + "/admin/v2/brokers/ready")
+                        and self._answers(self.metrics_url)
                         and (not self.otel or self._answers(self.otel_metrics_url))):
                     return
             if time.monotonic() >= deadline:
                 raise BrokerFailed(f"Apache Pulsar not ready on {self.web_url} in time (GET "
-                                   f"/admin/v2/clusters, /admin/v2/brokers/ready):\n"
+                                   f"/admin/v2/clusters, /admin/v2/brokers/ready, /metrics):\n"
                                    f"{self.log_tail()}")
             time.sleep(0.25)
 

@@ -11,6 +11,7 @@ so the exporter's configured URLs stay right, as they would for a restarted pod.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -78,8 +79,9 @@ def test_broker_outage_keeps_last_metrics_marks_sources_down_and_recovers_next_c
         broker: ApachePulsar, tmp_path: Path) -> None:
     """Cycle with data; stop the broker: the topic's backlog series stays (last good data),
     both sources are down with reason refused, in /metrics and /api/v1/status. Restart it
-    on the same ports: the first cycle after the broker is ready has both sources up, and
-    the topic's series never leaves, though the broker reloads it lazily."""
+    on the same ports: the first cycle after the broker is ready has both sources up (or
+    names the broker's own 5xx, and the next is up), and the topic's series never leaves,
+    though the broker reloads it lazily."""
     topic = _backlogged(broker, "outage", "stalled", 20)
     config, exporter = _exporter(broker, admin=True)
     server = build_server("127.0.0.1:0", exporter.state).start()
@@ -107,9 +109,21 @@ def test_broker_outage_keeps_last_metrics_marks_sources_down_and_recovers_next_c
         broker.start()  # returns once the broker is ready (clusters listed, brokers/ready)
         assert broker.metrics_url in urls and broker.web_url in urls  # the same ports
         began = time.monotonic()
-        back = exporter.cycle()  # the broker answers: the very next cycle is up
-        print(f"recovered in one cycle of {time.monotonic() - began:.1f} s")
+        back = exporter.cycle()  # the broker answers: the very next cycle is up ...
         again = _sources(back, server)
+        recovering = 1
+        # ... unless the broker itself answers 5xx: a 4.0.8 standalone just restarted has
+        # answered its /metrics with a bodiless 500 once in CI, a moment after a 200 (its
+        # log, with the cause, went with the CI machine). That is the broker's answer, and
+        # the exporter must say so (http_error), hold the topic, and be up within two more
+        # cycles.
+        while recovering < 3 and not all(s["up"] == 1 for s in again.values()):
+            for url, s in again.items():
+                assert s["up"] == 1 or re.search(r"\bHTTP 5\d\d\b", s["error"] or ""), (url, s)
+            assert Metrics(back.body.decode()).value(BACKLOG, topic=topic) == backlog
+            back = exporter.cycle()
+            again, recovering = _sources(back, server), recovering + 1
+        print(f"recovered in {recovering} cycle(s), {time.monotonic() - began:.1f} s")
         for url, s in again.items():
             assert s["up"] == 1 and s["served_up"] and s["error"] is None, (url, s)
             assert s["refused"] == 1, (url, s)  # the counter kept the outage
