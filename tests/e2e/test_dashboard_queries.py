@@ -244,8 +244,10 @@ def test_both_sources_are_read_and_up(scenario: Scenario) -> None:
          "both sources up in Prometheus in the same cycle", timeout=60,
          until=lambda sources: sources == expected)
     assert scenario.replay.requests >= 1
+    # The last value over 30 s: one scrape past its timeout marks every series stale.
     malformed = prometheus.instant(
-        f'pulsar_quota_exporter_source_malformed_lines_total{{source="{scenario.replay.url}"}}')
+        f'last_over_time(pulsar_quota_exporter_source_malformed_lines_total'
+        f'{{source="{scenario.replay.url}"}}[30s])')
     assert [float(s["value"][1]) for s in malformed] == [0.0]
 
 
