@@ -49,7 +49,7 @@ __all__ = ["ApacheCluster", "ClusterBroker", "apache_cluster_fixture"]
 
 CLUSTER = "cluster-a"
 # What a broker answers while a bundle changes hands (`NamespaceService`, `OwnershipCache`).
-_MOVING = re.compile(r"Failed to acquire ownership|currently being unloaded|Please redo the lookup")
+MOVING = re.compile(r"Failed to acquire ownership|currently being unloaded|Please redo the lookup")
 _GC = "-XX:+UseG1GC -XX:ParallelGCThreads=2 -XX:ConcGCThreads=1 -XX:+PerfDisableSharedMem"
 # The standalone's test keys that are a broker's (the rest are its embedded bookie's).
 _BROKER_KEYS = {k: v for k, v in STANDALONE_OVERRIDES.items()
@@ -275,7 +275,7 @@ class ApacheCluster:
             try:
                 found = self.any_broker().admin("GET", f"/lookup/v2/topic/{path}", timeout=30)
             except urllib.error.HTTPError as answer:
-                if answer.code in (500, 503) and _MOVING.search(answer.msg or ""):
+                if answer.code in (500, 503) and MOVING.search(answer.msg or ""):
                     return answer
                 raise
             return found["httpUrl"].split("://", 1)[1].rstrip("/")
