@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
 import uuid
 
 from exporter.config.load import parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.cycle import CycleReport, Exporter
-from tests.harness.apache_cluster import CLUSTER, MOVING, ApacheCluster, ClusterBroker
+from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker, while_moving
 from tests.harness.pulsar import Metrics
-from tests.harness.wait import poll
 
 PAYLOAD = 200
 
@@ -58,19 +56,10 @@ def unload(cluster: ApacheCluster, topic: str, bundle: str,
     with a 307 whose Location drops `destinationBroker` (seen on 4.0.8)."""
     ns = topic.split("://", 1)[1].rsplit("/", 1)[0]
     query = f"?destinationBroker={destination}" if destination else ""
-
-    def attempt() -> bool | urllib.error.HTTPError:
-        """Asked again, of the owner found again, while the bundle is changing hands."""
-        try:
-            cluster.broker_named(cluster.owner(topic)).admin(
-                "PUT", f"/admin/v2/namespaces/{ns}/{bundle}/unload{query}", timeout=60)
-        except urllib.error.HTTPError as answer:
-            if answer.code in (500, 503) and MOVING.search(answer.msg or ""):
-                return answer
-            raise
-        return True
-
-    poll(attempt, f"{bundle} of {ns} unloaded", 60, 0.5, until=lambda v: v is True)
+    # Asked again, of the owner found again, while the bundle is changing hands.
+    while_moving(lambda: cluster.broker_named(cluster.owner(topic)).admin(
+        "PUT", f"/admin/v2/namespaces/{ns}/{bundle}/unload{query}", timeout=60),
+        f"{bundle} of {ns} unloaded")
 
 
 def exporter_for(cluster: ApacheCluster, *, admin_from: int = 0, quotas: dict | None = None,

@@ -27,9 +27,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import pytest
 
@@ -45,15 +45,33 @@ from tests.harness.process import ManagedProcess
 from tests.harness.wait import poll
 from tests.harness.workload import Workload
 
-__all__ = ["ApacheCluster", "ClusterBroker", "apache_cluster_fixture"]
+__all__ = ["ApacheCluster", "ClusterBroker", "apache_cluster_fixture", "while_moving"]
 
 CLUSTER = "cluster-a"
+T = TypeVar("T")
 # What a broker answers while a bundle changes hands (`NamespaceService`, `OwnershipCache`).
-MOVING = re.compile(r"Failed to acquire ownership|currently being unloaded|Please redo the lookup")
+_MOVING = re.compile(r"Failed to acquire ownership|currently being unloaded|Please redo the lookup")
 _GC = "-XX:+UseG1GC -XX:ParallelGCThreads=2 -XX:ConcGCThreads=1 -XX:+PerfDisableSharedMem"
 # The standalone's test keys that are a broker's (the rest are its embedded bookie's).
 _BROKER_KEYS = {k: v for k, v in STANDALONE_OVERRIDES.items()
                 if k not in ("clusterName", "listeningInterface") and not k.startswith("dbStorage")}
+
+
+def while_moving(call: Callable[[], T], what: str, timeout: float = 60) -> T:
+    """`call()`'s answer, asked again while the broker answers 500/503 with a message of a
+    bundle changing hands (`_MOVING`): Pulsar's own clients redo the call then. Any other
+    error fails at once."""
+    def attempt() -> tuple[T] | urllib.error.HTTPError:
+        try:
+            return (call(),)
+        except urllib.error.HTTPError as answer:
+            if answer.code in (500, 503) and _MOVING.search(answer.msg or ""):
+                return answer
+            raise
+
+    done = poll(attempt, what, timeout, 0.5, until=lambda v: isinstance(v, tuple))
+    assert isinstance(done, tuple)
+    return done[0]
 
 
 def _conf(shipped: Path, keys: Mapping[str, str], target: Path) -> Path:
@@ -270,19 +288,9 @@ class ApacheCluster:
         (`NamespaceService.searchForCandidateBroker`), or 503 while it is still unloading, and
         Pulsar's own clients redo the lookup then. Any other error fails at once."""
         path = topic.replace("://", "/", 1)
-
-        def lookup() -> str | urllib.error.HTTPError:
-            try:
-                found = self.any_broker().admin("GET", f"/lookup/v2/topic/{path}", timeout=30)
-            except urllib.error.HTTPError as answer:
-                if answer.code in (500, 503) and MOVING.search(answer.msg or ""):
-                    return answer
-                raise
-            return found["httpUrl"].split("://", 1)[1].rstrip("/")
-
-        found = poll(lookup, f"an owner of {topic}", 60, 0.5, until=lambda v: isinstance(v, str))
-        assert isinstance(found, str)
-        return found
+        found = while_moving(lambda: self.any_broker().admin(
+            "GET", f"/lookup/v2/topic/{path}", timeout=30), f"an owner of {topic}")
+        return found["httpUrl"].split("://", 1)[1].rstrip("/")
 
     def bundle_of(self, topic: str) -> str:
         """The hash range of the bundle holding `topic` (answered as plain text)."""
