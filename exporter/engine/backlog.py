@@ -184,6 +184,9 @@ class TopicDecision:
         )
 
 
+_NO_PLAN = EvictionPlan()  # what most topics get: one shared object, it is frozen
+
+
 # --- the engine ---------------------------------------------------------------------------
 
 
@@ -205,7 +208,7 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
 def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
                   ) -> TopicDecision:
     """`check` with the topic's quota already resolved (quotas.Resolver, once a cycle)."""
-    quota, source = limits.as_quota(), limits.source
+    quota, source = limits.quota, limits.source
     ordered = _oldest_first(state.subscriptions)
     avg = _usable(state.average_message_size)
     limit_size = None if limits.size.value is None else int(limits.size.value)
@@ -229,7 +232,7 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
             size=LimitStatus.NO_LIMIT if limit_size is None else LimitStatus.WITHIN,
             time=LimitStatus.NO_LIMIT if cutoff is None else LimitStatus.WITHIN,
             action=Action.NONE,
-            plan=EvictionPlan(),
+            plan=_NO_PLAN,
             limits=limits,
             subscriptions=state.subscriptions,
         )
@@ -253,21 +256,21 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
         time = LimitStatus.EXCEEDED if oldest < cutoff else LimitStatus.WITHIN
 
     # Pulsar checks size first and acts on the first exceeded type's policy.
-    acting = next((limits.limit(kind).policy for kind, status
-                   in ((QuotaType.SIZE, size), (QuotaType.TIME, time))
-                   if status is LimitStatus.EXCEEDED), None)
-    action = Action.NONE if acting is None else Action(acting.value)
-    evicting = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
-    plan = EvictionPlan(  # a limit is exceeded only where there is one (not None)
-        size=(_size_plan(ordered, avg, limit_size * EVICTION_TARGET)
-              if size is LimitStatus.EXCEEDED and limit_size is not None
-              and limits.size.policy is evicting else ()),
-        time=(_time_plan(ordered, now - limit_time * EVICTION_TARGET)
-              if time is LimitStatus.EXCEEDED and limit_time is not None
-              and limits.time.policy is evicting else ()),
-    )
+    exceeded = LimitStatus.EXCEEDED
+    acting = limits.size.policy if size is exceeded else \
+        limits.time.policy if time is exceeded else None
+    action, plan = Action.NONE, _NO_PLAN
     if acting is not None:
-        quota = replace(quota, policy=acting)
+        action, quota = Action(acting.value), replace(quota, policy=acting)
+        evicting = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
+        plan = EvictionPlan(  # a limit is exceeded only where there is one (not None)
+            size=(_size_plan(ordered, avg, limit_size * EVICTION_TARGET)
+                  if size is exceeded and limit_size is not None
+                  and limits.size.policy is evicting else ()),
+            time=(_time_plan(ordered, now - limit_time * EVICTION_TARGET)
+                  if time is exceeded and limit_time is not None
+                  and limits.time.policy is evicting else ()),
+        )
     return TopicDecision(
         topic=state.topic,
         namespace=state.namespace,
@@ -303,6 +306,8 @@ def _oldest_first(subscriptions: Sequence[SubscriptionBacklog]) -> list[Subscrip
     first (the slowest cursor when acks leave no holes). Names break ties, for determinism.
     """
     backlogged = [s for s in subscriptions if s.backlog_messages > 0]
+    if len(backlogged) < 2:  # most topics: nothing to order
+        return backlogged
     timed = sorted(
         (s for s in backlogged if s.oldest_publish_time is not None),
         key=lambda s: (s.oldest_publish_time, -s.backlog_messages, s.name),

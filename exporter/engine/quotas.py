@@ -26,7 +26,7 @@ exactly as `config`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
@@ -62,28 +62,27 @@ class Limit:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedQuota:
+    """Both limits of one topic. `source` and `quota` are derived once, here: a Resolver
+    hands the same object to every topic of a namespace, and the check reads both per
+    topic."""
+
     size: Limit  # bytes
     time: Limit  # seconds
+    # the most specific level either limit came from (`quota_source`)
+    source: QuotaSource = field(init=False, repr=False, compare=False)
+    # one BacklogQuota: the size limit's policy when it has one (Pulsar checks size first)
+    quota: BacklogQuota = field(init=False, repr=False, compare=False)
 
-    @property
-    def source(self) -> QuotaSource:
-        """The most specific level either limit came from (`quota_source`)."""
-        return min(self.size.level, self.time.level, key=_SPECIFICITY.index)
+    def __post_init__(self) -> None:
+        size, time = self.size, self.time
+        policy = size.policy if size.value is not None or time.value is None else time.policy
+        object.__setattr__(self, "source", min(size.level, time.level, key=_SPECIFICITY.index))
+        object.__setattr__(self, "quota", BacklogQuota(
+            limit_size=None if size.value is None else int(size.value),
+            limit_time=time.value, policy=policy))
 
     def limit(self, kind: QuotaType) -> Limit:
         return self.size if kind is QuotaType.SIZE else self.time
-
-    @property
-    def acting_policy(self) -> RetentionPolicy:
-        """One policy for the topic: the size limit's when it has one (Pulsar checks size
-        first), else the time limit's."""
-        return self.size.policy if self.size.value is not None or self.time.value is None \
-            else self.time.policy
-
-    def as_quota(self) -> BacklogQuota:
-        size = None if self.size.value is None else int(self.size.value)
-        return BacklogQuota(limit_size=size, limit_time=self.time.value,
-                            policy=self.acting_policy)
 
 
 def _size(value: float | None) -> float | None:

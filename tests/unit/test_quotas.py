@@ -86,7 +86,7 @@ def test_config_ignores_pulsar_and_keeps_whole_objects() -> None:
     r = resolve(TOPIC, NS, q, p)
     assert (r.size.value, r.time.value) == (None, 30)  # the default's size does not leak in
     assert {r.size.origin, r.time.origin} == {"config:namespace"}
-    assert r.as_quota() == q.namespaces[NS]
+    assert r.quota == q.namespaces[NS]
     assert configured(TOPIC, NS, q) == (q.namespaces[NS], QuotaSource.NAMESPACE)
 
 
