@@ -1,6 +1,6 @@
 """Load verdicts against the real load manager: a cluster of its own whose brokers run
-`UniformLoadShedder` with small minimums, one broker given all the traffic, and the leader's
-own unloads compared with the bundles our verdict names.
+`UniformLoadShedder` with small minimums, one broker given all the traffic, and the bundles the
+leader's shedder picks compared with the bundles our verdict names.
 
 Why UniformLoadShedder: on one host every broker reads the same host-wide CPU and NIC
 counters (Pulsar's `LinuxBrokerHostUsageImpl` counts physical NICs only, not loopback), and
@@ -70,7 +70,7 @@ def _exporter(cluster: ApacheCluster) -> Exporter:
 def test_our_verdict_names_the_bundles_the_leader_unloads(
         shedding_cluster: ApacheCluster) -> None:
     cluster = shedding_cluster
-    first, second = cluster.brokers
+    first = cluster.brokers[0]
     ns = namespace(cluster, "shed", bundles=4)
     topics = {name: f"persistent://{ns}/{name}" for name in RATES}
     for topic in topics.values():
@@ -121,7 +121,9 @@ def test_our_verdict_names_the_bundles_the_leader_unloads(
     print(f"the leader unloaded {[(u.bundle, u.at) for u in run]}; we named {sorted(ours)} in "
           f"the cycle before; every cycle: "
           f"{[(round(t - verdicts[0][0]), sorted(v)) for t, v in verdicts]}")
-    assert {(u.source, u.destination) for u in run} == {(first.broker_id, second.broker_id)}
+    # The shedder picks from the busy broker; where placement sends a bundle is Pulsar's
+    # (an unload to the second broker, or a pick kept on the first), not our verdict's.
+    assert {u.source for u in run} == {first.broker_id}, run
     # The bundles with traffic: both sides name both. The namespace's third owned bundle
     # holds only its __change_events topic, at 0 msg/s: the leader picked it in some runs
     # and not in others (its load report did not always list it), so it is not compared.
@@ -131,24 +133,39 @@ def test_our_verdict_names_the_bundles_the_leader_unloads(
 
 @dataclass(frozen=True)
 class Unload:
+    """A bundle the leader's shedder picked. `destination` is the broker its placement chose:
+    the source itself when the leader then kept the bundle where it was."""
+
     at: float  # epoch seconds, from the log line's timestamp
     bundle: str  # the hash range
     source: str
     destination: str
 
 
-_UNLOAD = re.compile(r"^(\S+) .*\[UniformLoadShedder\] Unloading bundle: (\S+)/(0x[0-9a-f]+_0x"
-                     r"[0-9a-f]+) from broker (\S+) to dest broker (\S+)$")
+_BUNDLE = r"(\S+)/(0x[0-9a-f]+_0x[0-9a-f]+)"
+_UNLOAD = re.compile(r"^(\S+) .*\[UniformLoadShedder\] Unloading bundle: " + _BUNDLE
+                     + r" from broker (\S+) to dest broker (\S+)$")
+# The same pick, skipped: placement (`LeastLongTermMessageRate`) chose the bundle's owner.
+_KEPT = re.compile(r"^(\S+) .*\[UniformLoadShedder\] The destination broker (\S+) is the same "
+                   r"as the current owner broker for Bundle " + _BUNDLE + "$")
 
 
 def _unloads(leader: ClusterBroker, ns: str) -> list[Unload]:
-    """What `leader`'s load manager logged unloading of `ns`'s bundles
-    (`ModularLoadManagerImpl.doLoadShedding`: one line per bundle), oldest first."""
+    """The bundles of `ns` that `leader`'s shedder picked, oldest first: one line per bundle
+    in `ModularLoadManagerImpl.doLoadShedding`, whether it then unloaded the bundle or kept
+    it because placement chose the bundle's owner (CI saw four shedding runs in a row kept
+    so; which broker placement picks is not what this test compares)."""
     assert leader.process is not None
     found = []
     for line in leader.process.log().splitlines():
-        match = _UNLOAD.match(line)
-        if match and match.group(2) == ns:
-            at = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S,%f%z").timestamp()
-            found.append(Unload(at, match.group(3), match.group(4), match.group(5)))
+        if match := _UNLOAD.match(line):
+            at, bundle_ns, bundle, source, destination = match.groups()
+        elif match := _KEPT.match(line):
+            at, source, bundle_ns, bundle = match.groups()
+            destination = source
+        else:
+            continue
+        if bundle_ns == ns:
+            found.append(Unload(datetime.strptime(at, "%Y-%m-%dT%H:%M:%S,%f%z").timestamp(),
+                                bundle, source, destination))
     return found
