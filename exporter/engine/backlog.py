@@ -211,8 +211,7 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
     quota, source = limits.quota, limits.source
     ordered = _oldest_first(state.subscriptions)
     avg = _usable(state.average_message_size)
-    limit_size = None if limits.size.value is None else int(limits.size.value)
-    limit_time = limits.time.value
+    limit_size, limit_time = quota.limit_size, quota.limit_time
     cutoff = None if limit_time is None else now - limit_time
 
     if not ordered:

@@ -104,7 +104,7 @@ def test_our_verdict_names_the_bundles_the_leader_unloads(
              and verdicts[-1][1] == verdicts[-2][1], "a steady verdict of ours", timeout=90,
              interval=5.0, show=lambda: verdicts[-3:])
         first.admin("POST", "/admin/v2/brokers/configuration/loadBalancerSheddingEnabled/true")
-        unloads = poll(leaders_unloads, "the leader unloading bundles of the busy broker",
+        unloads = poll(leaders_unloads, "the leader picking bundles of the busy broker",
                        timeout=240, interval=5.0, show=lambda: verdicts[-3:])
     finally:
         stop.set()
@@ -118,8 +118,8 @@ def test_our_verdict_names_the_bundles_the_leader_unloads(
     run = [u for u in unloads if u.at - unloads[0].at < 5.0]  # one shedding run
     before = [named for began, named in verdicts if began < run[0].at]
     ours = before[-1] if before else set()
-    print(f"the leader unloaded {[(u.bundle, u.at) for u in run]}; we named {sorted(ours)} in "
-          f"the cycle before; every cycle: "
+    print(f"the leader picked {[(u.bundle, u.destination, u.at) for u in run]}; we named "
+          f"{sorted(ours)} in the cycle before; every cycle: "
           f"{[(round(t - verdicts[0][0]), sorted(v)) for t, v in verdicts]}")
     # The shedder picks from the busy broker; where placement sends a bundle is Pulsar's
     # (an unload to the second broker, or a pick kept on the first), not our verdict's.
