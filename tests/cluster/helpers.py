@@ -14,6 +14,7 @@ from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.cycle import CycleReport, Exporter
 from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker, while_moving
 from tests.harness.pulsar import Metrics
+from tests.harness.wait import poll
 
 PAYLOAD = 200
 
@@ -53,13 +54,24 @@ def spread(cluster: ApacheCluster, topics: list[str]) -> dict[str, str]:
 def unload(cluster: ApacheCluster, topic: str, bundle: str,
            destination: str | None = None) -> None:
     """Unload `bundle` (the one holding `topic`), asked of its owner: a non-owner answers
-    with a 307 whose Location drops `destinationBroker` (seen on 4.0.8)."""
+    with a 307 whose Location drops `destinationBroker` (seen on 4.0.8).
+
+    With a `destination`, unloaded again until a lookup finds the bundle there: the
+    `destinationBroker` is a hint the race can beat. Seen on 4.0.8: the namespace's
+    `__change_events` readers reconnected within 100 ms of the unload, both brokers tried to
+    acquire the bundle 6 ms apart, and the old owner won it back."""
     ns = topic.split("://", 1)[1].rsplit("/", 1)[0]
     query = f"?destinationBroker={destination}" if destination else ""
-    # Asked again, of the owner found again, while the bundle is changing hands.
-    while_moving(lambda: cluster.broker_named(cluster.owner(topic)).admin(
-        "PUT", f"/admin/v2/namespaces/{ns}/{bundle}/unload{query}", timeout=60),
-        f"{bundle} of {ns} unloaded")
+
+    def moved() -> bool:
+        # Asked again, of the owner found again, while the bundle is changing hands.
+        while_moving(lambda: cluster.broker_named(cluster.owner(topic)).admin(
+            "PUT", f"/admin/v2/namespaces/{ns}/{bundle}/unload{query}", timeout=60),
+            f"{bundle} of {ns} unloaded")
+        return destination is None or cluster.owner(topic) == destination
+
+    poll(moved, f"{bundle} of {ns} unloaded to {destination or 'any broker'}", timeout=120,
+         interval=1.0)
 
 
 def exporter_for(cluster: ApacheCluster, *, admin_from: int = 0, quotas: dict | None = None,
