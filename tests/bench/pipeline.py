@@ -15,8 +15,8 @@ Per body (one broker):
 The fleet: `--brokers` brokers sharing the given total topic counts, each body with its
 own topic names, served by a separate process; job and merge seconds, samples/s, and
 peak RSS of the driver (this process, counted from when the bodies are written: its cycles'
-peak, which holds the last cycle's Aggregates while the next is merged), the JVM and the
-Python workers (VmHWM).
+peak, keeping of each cycle's Aggregates only what the exporter keeps until the next), the
+JVM and the Python workers (VmHWM).
 The engine: what the driver does next with the merged tables (`Decider.decide`), warm,
 in this process on the same bodies parsed here: seconds, per topic, and the resident
 growth it and the merge leave (the decisions and the engine's per-topic state).
@@ -132,6 +132,8 @@ def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, in
         agg = merge(data.tables, {}, malformed=data.malformed)
         t2 = time.perf_counter()
         topics = agg.topics.num_rows
+        # What the exporter keeps of a cycle's Aggregates until the next (runtime/cycle.py).
+        seen, data, agg = agg.topics["topic"], None, None  # noqa: F841
         if i:  # the first run warms the plan's workers
             jobs.append(t1 - t0)
             merges.append(t2 - t1)
