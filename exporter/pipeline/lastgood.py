@@ -21,7 +21,7 @@ cannot tell it from an unloaded one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -37,16 +37,32 @@ log = logging.getLogger(__name__)
 HOLD_CYCLES = 3
 
 
-def with_topics_of(fresh: SourceTables, before: SourceTables, topics: pa.Array) -> SourceTables:
-    """`fresh` plus `before`'s rows of `topics` (and of their subscriptions)."""
+def rows_of(tables: SourceTables, topics: pa.Array) -> SourceTables:
+    """`tables`' topic and subscription rows of `topics` only (the rest as they are)."""
     def rows(table: pa.Table) -> pa.Table:
         return table.filter(pc.is_in(table["topic"], topics))
 
+    return replace(tables, topics=rows(tables.topics), subscriptions=rows(tables.subscriptions))
+
+
+def with_topics_of(fresh: SourceTables, before: SourceTables, topics: pa.Array) -> SourceTables:
+    """`fresh` plus `before`'s rows of `topics` (and of their subscriptions)."""
+    kept = rows_of(before, topics)
     return replace(
         fresh,
-        topics=pa.concat_tables([fresh.topics, rows(before.topics)]).combine_chunks(),
+        topics=pa.concat_tables([fresh.topics, kept.topics]).combine_chunks(),
         subscriptions=pa.concat_tables(
-            [fresh.subscriptions, rows(before.subscriptions)]).combine_chunks())
+            [fresh.subscriptions, kept.subscriptions]).combine_chunks())
+
+
+def _dropped_rows(before: SourceTables | None, now: SourceTables) -> SourceTables | None:
+    """`before`'s rows of the topics `now` lists no more, if any (copies: `before` itself
+    can go)."""
+    if before is None:
+        return None
+    was = before.topics["topic"]
+    dropped = pc.unique(was.filter(pc.invert(pc.is_in(was, now.topics["topic"]))))
+    return rows_of(before, dropped) if len(dropped) else None
 
 
 class LastGood:
@@ -56,28 +72,35 @@ class LastGood:
         self._tables: dict[str, SourceTables] = {}
         self._held: dict[str, dict[str, int]] = {}  # url → topic → cycles it has been held
 
-    def update(self, fresh: Mapping[str, SourceTables]) -> None:
-        """One cycle: the tables of the brokers fetched. A URL whose fetch failed is not in
-        `fresh` and keeps its last good tables until it answers again."""
-        gone: dict[str, pa.Array] = {}
-        for url, tables in fresh.items():
-            before = self._tables.get(url)
-            if before is not None:
-                was = before.topics["topic"]
-                unlisted = pc.unique(was.filter(pc.invert(pc.is_in(was, tables.topics["topic"]))))
-                if len(unlisted):
-                    gone[url] = unlisted
-        if gone:  # every topic any broker lists now, built only when one went unlisted
-            listed = pa.concat_arrays([t.topics["topic"].combine_chunks()
-                                       for t in fresh.values()])
-        for url, tables in fresh.items():
-            before, unlisted = self._tables.get(url), gone.get(url)
+    def update(self, fresh: Mapping[str, SourceTables] | Iterable[tuple[str, SourceTables]]
+               ) -> set[str]:
+        """One cycle: the tables of the brokers fetched (a URL whose fetch failed is not
+        among them and keeps its last good tables until it answers again); the URLs fetched.
+
+        `fresh` may be lazy, a broker decoded at a time: each broker's tables replace its
+        last ones as they come, keeping of those only the rows of topics it lists no more,
+        so the driver never holds two cycles of a fleet's tables (at 1M topics, ~500 MB
+        each)."""
+        fetched: set[str] = set()
+        unlisted: dict[str, SourceTables] = {}  # url → its last rows of topics it dropped
+        for url, tables in fresh.items() if isinstance(fresh, Mapping) else fresh:
+            fetched.add(url)
+            dropped = _dropped_rows(self._tables.get(url), tables)
             self._tables[url] = tables
-            if before is None or unlisted is None:
-                self._held.pop(url, None)
-                continue
-            self._hold(url, tables, before,
-                       unlisted.filter(pc.invert(pc.is_in(unlisted, listed))))
+            if dropped is not None:
+                unlisted[url] = dropped
+        for url in fetched - unlisted.keys():
+            self._held.pop(url, None)
+        if not unlisted:
+            return fetched
+        # Every topic any broker lists now, before any of this cycle's holds is added.
+        listed = pa.concat_arrays([self._tables[u].topics["topic"].combine_chunks()
+                                   for u in sorted(fetched)])
+        for url, before in unlisted.items():
+            was = pc.unique(before.topics["topic"])
+            self._hold(url, self._tables[url], before,
+                       was.filter(pc.invert(pc.is_in(was, listed))))
+        return fetched
 
     def _hold(self, url: str, tables: SourceTables, before: SourceTables,
               missing: pa.Array) -> None:

@@ -124,7 +124,7 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _from_ipc(payload: bytes) -> pa.Table:
+def _from_ipc(payload: bytes | pa.Buffer) -> pa.Table:
     return pa.ipc.open_stream(payload).read_all()
 
 
@@ -159,7 +159,20 @@ def in_process(sources: Sequence[BrokerSource],
         schema=_ARROW_OUT)
 
 
-def tables_of(parts: Mapping[str, bytes], status: Mapping) -> SourceTables:
+def payloads(collected: pa.Table) -> dict[str, dict[str, pa.Buffer]]:
+    """The job's rows by broker URL and part: each payload a slice of the collected
+    buffers, not a copy into Python bytes."""
+    by_source: dict[str, dict[str, pa.Buffer]] = {}
+    for batch in collected.to_batches():
+        column = batch.column("payload")
+        for i, (source, part) in enumerate(zip(batch.column("source").to_pylist(),
+                                               batch.column("part").to_pylist(),
+                                               strict=True)):
+            by_source.setdefault(source, {})[part] = column[i].as_buffer()
+    return by_source
+
+
+def tables_of(parts: Mapping[str, bytes | pa.Buffer], status: Mapping) -> SourceTables:
     """One broker's tables from its task's parts and status (here and in the replay)."""
     return SourceTables(**{name: _from_ipc(parts[name]) for name in _TABLES},
                         malformed=status["malformed"], filtered=status["filtered"])
@@ -187,36 +200,45 @@ class BrokerScrape:
 
     def run(self) -> BrokerData:
         """One job; when the job itself fails (executors lost, cancelled), every broker is
-        down this cycle, with the reason, and the last good tables stay in use."""
-        by_source: dict[str, dict[str, bytes]] = {}
+        down this cycle, with the reason, and the last good tables stay in use.
+
+        The payloads are read where the collect put them (no copy into Python bytes), and
+        each broker's are let go once decoded into its tables."""
         job_failure: str | None = None
         try:
-            rows = self._job().to_pylist()
+            collected = self._job()
         except Exception as exc:
-            rows = []
+            collected = _no_rows()
             job_failure = f"the cycle's Spark job failed: {classify(exc).detail}"
-        for row in rows:
-            by_source.setdefault(row["source"], {})[row["part"]] = row["payload"]
-        fresh: dict[str, SourceTables] = {}
-        for source in self._sources:
-            tables = self._take(source, by_source.get(source.url, {}), job_failure)
-            if tables is not None:
-                fresh[source.url] = tables
-        self._last_good.update(fresh)
+        by_source = payloads(collected)
+        del collected  # its buffers live on in by_source's slices, a broker at a time
+        bodies = {url: parts["body"].to_pybytes() for url, parts in by_source.items()
+                  if "body" in parts}
+        malformed: dict[str, Mapping[str, int]] = {}
+
+        def fresh() -> Iterator[tuple[str, SourceTables]]:
+            for source in self._sources:
+                tables = self._take(source, by_source.pop(source.url, {}), job_failure)
+                if tables is not None:
+                    malformed[source.url] = tables.malformed
+                    yield source.url, tables
+
+        fetched = self._last_good.update(fresh())
         return BrokerData(
             tables=self._last_good.tables([s.url for s in self._sources]),
             health=tuple(self._ledgers[s.url].health() for s in self._sources),
-            malformed={url: t.malformed for url, t in fresh.items()},
-            bodies={url: parts["body"] for url, parts in by_source.items() if "body" in parts},
-            stale=self._last_good.stale(fresh),
+            malformed=malformed,
+            bodies=bodies,
+            stale=self._last_good.stale(fetched),
             held=self._last_good.held(),
         )
 
-    def _take(self, source: BrokerSource, parts: dict[str, bytes],
+    def _take(self, source: BrokerSource, parts: Mapping[str, pa.Buffer],
               job_failure: str | None) -> SourceTables | None:
         """Record one broker's outcome; its tables when it was fetched afresh."""
         ledger = self._ledgers[source.url]
-        status: dict[str, Any] = json.loads(parts["status"]) if "status" in parts else {
+        status: dict[str, Any] = json.loads(
+            parts["status"].to_pybytes()) if "status" in parts else {
             "up": False, "reason": ScrapeError.OTHER.value,
             "detail": job_failure or "no result from its task"}
         if not status["up"]:

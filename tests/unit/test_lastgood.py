@@ -5,6 +5,10 @@ collector's start time."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+from collections.abc import Iterator
+
 from exporter.pipeline.lastgood import HOLD_CYCLES, LastGood
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
@@ -100,6 +104,30 @@ def test_a_topic_another_broker_lists_now_is_not_held():
     last.update({A: tables(150.0, t1=5), B: tables(100.0, t2=1)})
     assert listed(last, A) == {"t1": 5}
     assert listed(last, B) == {"t2": 1}
+
+
+def test_a_brokers_tables_replace_its_last_ones_as_they_come():
+    """Brokers decoded one at a time (scrape.py): A's last tables are let go before B's new
+    ones exist, so a fleet's tables are never held twice; a topic that moved from A to B,
+    which only B's tables show, is still not held."""
+    last = LastGood()
+    first_a = tables(100.0, t1=5, t2=7)
+    last.update({A: first_a, B: tables(100.0)})
+    gone = weakref.ref(first_a)
+    del first_a
+    during: list[object] = []
+
+    def fresh() -> Iterator[tuple[str, SourceTables]]:
+        yield A, tables(150.0, t1=6)
+        gc.collect()
+        during.extend([listed(last, A), gone()])
+        yield B, tables(100.0, t2=1)
+
+    assert last.update(fresh()) == {A, B}
+    assert during == [{"t1": 6}, None]
+    assert listed(last, A) == {"t1": 6}
+    assert listed(last, B) == {"t2": 1}
+    assert last.held() == 0
 
 
 def test_a_broker_down_again_during_a_hold_keeps_the_held_topics():
