@@ -115,9 +115,25 @@ def merge(
     )
 
 
+def release_unused() -> None:
+    """The pages Arrow's allocator (mimalloc) keeps after a merge, handed back to the OS:
+    the last cycle's tables and the merge's own work are free by then. Measured at 1M
+    topics (100 brokers): 785 MB resident between cycles where it kept 940, and a peak of
+    951 MB where it reached 1,011–1,021."""
+    pa.default_memory_pool().release_unused()
+
+
 def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`schema`'s columns, which the merge always has (a missing one is a bug: it raises)."""
     return table.select(schema.names).cast(schema)
+
+
+def _with_namespace(topics: pa.Table) -> pa.Table:
+    """The topics that have a namespace: `topics` itself when all do (as a broker's always
+    do), since a filter copies every column: ~220 MB at 1M topics, twice a merge."""
+    if not topics["namespace"].null_count:
+        return topics
+    return topics.filter(topics["namespace"].is_valid())
 
 
 def _sums(table: pa.Table, keys: list[str], prefix: str) -> pa.Table:
@@ -131,7 +147,7 @@ def _sums(table: pa.Table, keys: list[str], prefix: str) -> pa.Table:
 def _namespaces_per_source(topics: pa.Table, reported: pa.Table) -> pa.Table:
     """(source, namespace): sums over the broker's topics, or, where it reported no topic
     of the namespace, its namespace-level series."""
-    from_topics = _plain(_sums(topics.filter(topics["namespace"].is_valid()),
+    from_topics = _plain(_sums(_with_namespace(topics),
                                ["source", "namespace"], "t_"))
     reported = _plain(reported).rename_columns(
         [n if n in ("source", "namespace") else f"n_{n}" for n in reported.column_names])
@@ -227,7 +243,7 @@ def _bundle_shares(topics: pa.Table, per_source: pa.Table,
     """(source, namespace, bundle): sums over the source's topics in the bundle, plus one
     FULL_BUNDLE row per namespace a source reported only namespace-level series for (its
     topics cannot be placed)."""
-    placed = topics.filter(topics["namespace"].is_valid())
+    placed = _with_namespace(topics)
     placed = placed.append_column(
         "bundle", place(placed["namespace"].combine_chunks(),
                         placed["topic_hash"].combine_chunks(), ranges))

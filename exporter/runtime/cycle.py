@@ -33,7 +33,7 @@ from exporter.engine.usage import EntryRejected
 from exporter.exposition.build import CycleFacts, Tallies, build
 from exporter.exposition.metricset import process_body, render
 from exporter.exposition.status import view
-from exporter.pipeline.merge import merge
+from exporter.pipeline.merge import merge, release_unused
 from exporter.pipeline.tables import BrokerData, BrokerSide
 from exporter.runtime.assembly import (
     Given,
@@ -132,8 +132,10 @@ class Exporter:
 
     def _aggregate(self, brokers: BrokerData, snapshot: Snapshot):
         bundles = snapshot.admin.bundles if snapshot.admin is not None else ()
-        return merge(brokers.tables, self._resource_groups(snapshot), bundles,
-                     malformed=brokers.malformed)
+        agg = merge(brokers.tables, self._resource_groups(snapshot), bundles,
+                    malformed=brokers.malformed)
+        release_unused()
+        return agg
 
     def _resource_groups(self, snapshot: Snapshot) -> Mapping[str, ResourceGroup]:
         """The groups in force this cycle, the YAML's and Pulsar's as `source` says

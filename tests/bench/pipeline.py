@@ -116,7 +116,7 @@ def _serve(bodies_dir: Path) -> tuple[subprocess.Popen, str]:
 def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, int]:
     """(first cycle seconds, then job and merge seconds, medians), and the topics found."""
     from exporter.config.model import BrokerSource
-    from exporter.pipeline.merge import merge
+    from exporter.pipeline.merge import merge, release_unused
     from exporter.pipeline.scrape import BrokerScrape, on_spark
 
     sources = [BrokerSource(u, 600.0) for u in urls]
@@ -130,6 +130,7 @@ def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, in
         if not all(h.up for h in data.health):
             raise RuntimeError({h.last_error_detail for h in data.health if not h.up})
         agg = merge(data.tables, {}, malformed=data.malformed)
+        release_unused()  # as the exporter does after its merge (runtime/cycle.py)
         t2 = time.perf_counter()
         topics = agg.topics.num_rows
         # What the exporter keeps of a cycle's Aggregates until the next (runtime/cycle.py).
