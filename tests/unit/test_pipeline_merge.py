@@ -217,7 +217,7 @@ def _buffer(column: pa.ChunkedArray, chunk: int) -> int:
 
 
 def test_merged_rows_share_the_brokers_buffers_unless_a_broker_loses_one():
-    """What the driver holds twice at a million topics: the merge keeps each broker's
+    """What the driver holds at a million topics: the merge keeps each broker's
     topics and subscriptions where they are, broker by broker, and copies only the chunk
     of a broker whose report of a topic lost to another's."""
     a, b, lite = _tables(BROKER_A), _tables(BROKER_B), _tables(LITE)
@@ -236,6 +236,20 @@ def test_merged_rows_share_the_brokers_buffers_unless_a_broker_loses_one():
     copied, *shared = (_buffer(moved["msg_in_total"], i) for i in range(3))
     assert copied != _buffer(a.topics["msg_in_total"], 0)
     assert shared == [_buffer(t.topics["msg_in_total"], 0) for t in (b, lite)]
+
+
+def test_a_topic_without_a_namespace_is_in_no_namespace_or_bundle_sum():
+    """A topic name holding no namespace, without a `namespace` label: listed, but summed
+    nowhere (the one case the merge filters its topics for; a broker labels every topic)."""
+    body = (b'pulsar_in_messages_total{topic="persistent://t"} 4\n'
+            b'pulsar_in_messages_total{namespace="public/x",topic="persistent://public/x/t"} 6\n')
+    agg = merge([("http://lite/metrics", source_tables([parse_text(body)]))], {})
+    assert sorted(agg.topics["topic"].to_pylist()) == ["persistent://public/x/t",
+                                                       "persistent://t"]
+    assert agg.namespaces.select(["namespace", "topics", "msg_in_total"]).to_pylist() == [
+        {"namespace": "public/x", "topics": 1, "msg_in_total": 6.0}]
+    assert agg.bundles.select(["namespace", "bundle", "topics"]).to_pylist() == [
+        {"namespace": "public/x", "bundle": FULL_BUNDLE, "topics": 1}]
 
 
 def test_topics_sharing_a_hash_by_chance_are_both_kept():
