@@ -36,6 +36,11 @@ Rules, all documented here because the exported series depends on them:
   oldest point instead would turn every backlog older than `max_points` check intervals
   into a lower bound (60 points × 60 s would cap ages near one hour, a common time limit).
   Cost: one O(n log n) pass per n/4 inserts.
+- Points are kept in typed arrays (`array('d')` times, `array('q')` counts), 16 bytes a
+  point, not lists of float and int objects (~76): a busy topic's full table, its dict
+  entry included, is 1,285 bytes instead of 4,559 (`tests.bench.pipeline --ages`). At a
+  million topics that is 1.3 GB instead of 4.6 once every table has filled, after
+  `max_points` cycles of new messages: a growth no short run shows.
 
 The estimate is monotone: a larger backlog never gets a smaller age. The topic's age is the
 largest over its subscriptions (`topic_age`); by monotonicity that is the estimate for the
@@ -44,6 +49,7 @@ largest backlog. Pure: no clock reads, times are passed in (epoch seconds).
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -132,9 +138,9 @@ class _Table:
 
     __slots__ = ("counts", "times")
 
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.counts: list[int] = []
+    def __init__(self, t: float, published: int) -> None:
+        self.times = array("d", (t,))
+        self.counts = array("q", (published,))
 
     def append(self, t: float, published: int) -> None:
         self.times.append(t)
@@ -162,8 +168,8 @@ class _Table:
                 break
             if i - 1 not in drop and i + 1 not in drop:
                 drop.add(i)
-        self.times = [t for i, t in enumerate(times) if i not in drop]
-        self.counts = [c for i, c in enumerate(counts) if i not in drop]
+        self.times = array("d", (t for i, t in enumerate(times) if i not in drop))
+        self.counts = array("q", (c for i, c in enumerate(counts) if i not in drop))
         return len(drop)
 
     def time_reached(self, target: int, now: float, published_total: int) -> Estimate | None:
@@ -205,18 +211,17 @@ class AgeTables:
         return tuple(Point(t, c) for t, c in zip(table.times, table.counts, strict=True))
 
     def observe(self, topic: str, t: float, published_total: int) -> Observation:
-        """Record that `topic` had published `published_total` messages at time `t`."""
+        """Record that `topic` had published `published_total` messages at time `t`
+        (a count a signed 64-bit integer holds, as the broker's counters are)."""
         table = self._tables.get(topic)
         if table is None:
-            table = self._tables[topic] = _Table()
-        if not table.times:
-            table.append(t, published_total)
+            self._tables[topic] = _Table(t, published_total)
             return Inserted()
         if t <= table.times[-1]:
             return OutOfOrder(table.times[-1])
         newest = table.counts[-1]
         if published_total < newest:
-            table.times, table.counts = [t], [published_total]
+            self._tables[topic] = _Table(t, published_total)
             return TableReset(newest, published_total)
         if len(table.counts) >= 2 and table.counts[-2] == newest == published_total:
             table.times[-1] = t

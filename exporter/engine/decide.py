@@ -70,8 +70,12 @@ def _columns(table, names: tuple[str, ...]) -> list[list]:
     return [table.column(n).to_pylist() for n in names]
 
 
+_COUNTER_MAX = 2.0**63  # the broker's counters are Java longs
+
+
 def _int(v: float | None) -> int | None:
-    return None if v is None or not math.isfinite(v) else int(v)
+    """A message counter as an int; None where no long holds it (malformed, not a count)."""
+    return None if v is None or not -_COUNTER_MAX < v < _COUNTER_MAX else int(v)
 
 
 def _messages_per_entry(subs: list[tuple[str, float]], backlog_bytes: float | None,

@@ -2,7 +2,8 @@
 synthetic Apache Pulsar bodies. Prints Markdown tables; not a test.
 
     .venv/bin/python -m tests.bench.pipeline [--sizes 10,1000,10000] [--fleet 1000,10000]
-        [--engine 10000,100000] [--brokers 100] [--repeat 3] [--master local[2]]
+        [--engine 10000,100000] [--ages 20000] [--brokers 100] [--repeat 3]
+        [--master local[2]]
 
 Per body (one broker):
 - `promtool check metrics` (Prometheus' Go parser, what `promtool` users would run) and a
@@ -20,6 +21,8 @@ JVM and the Python workers (VmHWM).
 The engine: what the driver does next with the merged tables (`Decider.decide`), warm,
 in this process on the same bodies parsed here: seconds, per topic, and the resident
 growth it and the merge leave (the decisions and the engine's per-topic state).
+The age tables (engine/agetable.py): bytes a topic (traced, names excluded) after 2 cycles
+and once full, beside the same points kept as Python lists, as they were until 2026-11.
 """
 
 from __future__ import annotations
@@ -237,11 +240,53 @@ def engine(totals: list[int], brokers: int) -> None:
               f"| {decided[-1] / agg.topics.num_rows * 1e6:.0f} | {grown:,.0f} |", flush=True)
 
 
+def _traced_per_topic(fill, points: int, topics: int) -> float:
+    import tracemalloc
+
+    tracemalloc.start()
+    held = fill(points)
+    traced = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del held
+    return traced / topics
+
+
+def ages(topics: int) -> None:
+    """What a topic's backlog-age table holds between cycles, the names aside."""
+    from exporter.engine.agetable import DEFAULT_MAX_POINTS, AgeTables
+
+    names = [f"persistent://t/ns/topic-{i}" for i in range(topics)]
+
+    def ours(points: int) -> AgeTables:
+        tables = AgeTables()
+        for k in range(points):
+            for i, name in enumerate(names):
+                tables.observe(name, 1000.0 + 60 * k, 10 * k + i)
+        return tables
+
+    def lists(points: int) -> dict:
+        tables: dict[str, tuple[list[float], list[int]]] = {}
+        for k in range(points):
+            for i, name in enumerate(names):
+                times, counts = tables.setdefault(name, ([], []))
+                times.append(1000.0 + 60 * k)
+                counts.append(10 * k + i)
+        return tables
+
+    print(f"\n### The backlog-age tables, {topics:,} topics publishing every cycle\n")
+    print("| points a topic | ours B a topic | as Python lists B a topic |")
+    print("|---:|---:|---:|")
+    for points in (2, DEFAULT_MAX_POINTS):
+        print(f"| {points} | {_traced_per_topic(ours, points, topics):,.0f} "
+              f"| {_traced_per_topic(lists, points, topics):,.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10,1000,10000")
     parser.add_argument("--fleet", default="1000,10000,100000")
     parser.add_argument("--engine", default="10000,100000")
+    parser.add_argument("--ages", type=int, default=20000)
     parser.add_argument("--brokers", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
@@ -261,6 +306,8 @@ def main() -> None:
                   Path(tmp))
     if args.engine:
         engine([int(s) for s in args.engine.split(",")], args.brokers)
+    if args.ages:
+        ages(args.ages)
 
 
 if __name__ == "__main__":

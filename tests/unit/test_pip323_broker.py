@@ -4,6 +4,8 @@ the broker's age used by the engine where the admin REST has no precise one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from exporter.config.load import parse
@@ -143,3 +145,20 @@ def test_a_shrunk_backlog_is_not_carried(tables) -> None:
     assert kept.backlog_messages == 30
     # unknown (the age table restarted with the counters at the reload), not a carried 13 s
     assert (kept.time_source, kept.backlog_age_seconds) == (None, None)
+
+
+def test_a_counter_no_long_holds_is_no_count(tables) -> None:
+    """The age tables keep counts as 64-bit integers, as the broker's counters are: a
+    malformed `pulsar_in_messages_total` beyond them leaves the estimate unknown and the
+    cycle decided, never an OverflowError (the broker's own age still serves)."""
+    import pyarrow as pa
+
+    agg = merge([(URL, tables)], {})
+    column = agg.topics.schema.get_field_index("msg_in_total")
+    huge = pa.array([1e19] * agg.topics.num_rows, agg.topics.schema.field(column).type)
+    agg = replace(agg, topics=agg.topics.set_column(column, "msg_in_total", huge))
+    decider = _decider()
+    for cycle in range(2):
+        decisions = {d.topic: d for d in decider.decide(agg, None, NOW + 60 * cycle).topics}
+    assert decisions[KEPT].time_source is TimeSource.BROKER
+    assert len(decider.ages) == 0
