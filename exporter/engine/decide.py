@@ -15,6 +15,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
 from exporter.engine.agetable import AgeTables, Estimate, Method
 from exporter.engine.attention import disagrees
@@ -66,8 +70,28 @@ class Decisions:
     doubted: frozenset[str] = frozenset()
 
 
+_REPEATED = frozenset({"namespace", "subscription"})  # few distinct values, many rows
+
+
 def _columns(table, names: tuple[str, ...]) -> list[list]:
-    return [table.column(n).to_pylist() for n in names]
+    return [_shared(table.column(n)) if n in _REPEATED else table.column(n).to_pylist()
+            for n in names]
+
+
+def _shared(column: pa.ChunkedArray) -> list[str | None]:
+    """The column's values with one str object per distinct value. `to_pylist` makes one a
+    row, and the decisions hold them until the next cycle: at a million topics, a million
+    copies of a few namespace names (~60 MB), as many of each subscription's name."""
+    distinct: dict[str, str] = {}
+    values: list[str | None] = []
+    for chunk in column.chunks:
+        encoded = pc.dictionary_encode(chunk)
+        words: list[str | None] = [distinct.setdefault(w, w)
+                                   for w in encoded.dictionary.to_pylist()]
+        words.append(None)  # where the value is null
+        rows = encoded.indices.fill_null(len(words) - 1).to_numpy(zero_copy_only=False)
+        values += np.array(words, dtype=object)[rows].tolist()
+    return values
 
 
 _COUNTER_MAX = 2.0**63  # the broker's counters are Java longs

@@ -162,3 +162,24 @@ def test_a_counter_no_long_holds_is_no_count(tables) -> None:
         decisions = {d.topic: d for d in decider.decide(agg, None, NOW + 60 * cycle).topics}
     assert decisions[KEPT].time_source is TimeSource.BROKER
     assert len(decider.ages) == 0
+
+
+def test_decisions_share_one_name_per_namespace_and_subscription() -> None:
+    """The decisions are held until the next cycle: a namespace's name, or a subscription's,
+    is one object however many topics repeat it (with the broker's tables one per row)."""
+    from tests.harness.synthetic import BodySpec, body_text
+
+    spec = BodySpec(topics=40, namespaces=3)
+    agg = merge([(URL, source_tables([parse_text(body_text(spec).encode())]))], {})
+    topics = _decider().decide(agg, None, NOW).topics
+    assert len(topics) == 40
+    assert len({id(d.namespace) for d in topics}) == len({d.namespace for d in topics}) == 3
+    names = [s.name for d in topics for s in d.subscriptions]
+    assert len(names) == 80 and len({id(n) for n in names}) == len(set(names)) == 2
+    import pyarrow as pa
+
+    from exporter.engine.decide import _shared
+
+    values = _shared(pa.chunked_array([["a", None, "b", "a"], ["a"], []], pa.string()))
+    assert values == ["a", None, "b", "a", "a"]  # nulls kept, across chunks
+    assert len({id(v) for v in values if v == "a"}) == 1
