@@ -183,3 +183,42 @@ def test_decisions_share_one_name_per_namespace_and_subscription() -> None:
     values = _shared(pa.chunked_array([["a", None, "b", "a"], ["a"], []], pa.string()))
     assert values == ["a", None, "b", "a", "a"]  # nulls kept, across chunks
     assert len({id(v) for v in values if v == "a"}) == 1
+
+
+def test_the_engine_decides_without_the_collector_and_leaves_no_cycles() -> None:
+    """`decide` pauses the cyclic collector: a safe pause only while it makes no reference
+    cycles, which a collection right after it finds none of. The collector's state is the
+    caller's again after it, as it was, on success or failure."""
+    import gc
+    import sys
+
+    from tests.harness.synthetic import BodySpec, body_text
+
+    agg = merge([(URL, source_tables([parse_text(body_text(BodySpec(topics=500)).encode())]))],
+                {})
+    decider, inside = _decider(), []
+
+    def spy(phase: str, info: dict) -> None:  # a collection with the decide on the stack
+        frame = sys._getframe(1)
+        while frame is not None:
+            inside.append(frame.f_code is Decider._decide.__code__)
+            frame = frame.f_back
+
+    gc.callbacks.append(spy)
+    try:
+        gc.collect()
+        for cycle in range(3):
+            decider.decide(agg, None, NOW + 60 * cycle)
+            assert gc.isenabled()
+            assert gc.collect() == 0  # nothing the decide left was a cycle
+        assert inside and not any(inside)  # the spy saw collections, none inside
+        gc.disable()
+        decider.decide(agg, None, NOW + 180)
+        assert not gc.isenabled()  # left as the caller had it
+        gc.enable()
+        with pytest.raises(AttributeError):
+            decider.decide(None, None, NOW + 240)  # type: ignore[arg-type]
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(spy)
+        gc.enable()
