@@ -164,8 +164,9 @@ def replay_cycles(config: Config, cycles: Sequence[RecordedCycle],
                 _accept(exporter, report, cycle.now)
             # The check only: a replay serves no /metrics, so nothing is rendered.
             seen, decisions, now, stages = exporter.check()
-            status = view(config.cluster, now, decisions, seen.health, stages)
-            yield CycleReport(seen, decisions, status, b"")
+            yield CycleReport(seen, decisions,
+                              partial(view, config.cluster, now, decisions, seen.health, stages),
+                              b"")
     finally:
         exporter.close()
 

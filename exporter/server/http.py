@@ -2,7 +2,9 @@
 
 The check loop renders the body once per cycle and `publish()`es it; the body, its gzip and
 the status JSON travel together in one frozen `Publication` swapped in by a single reference
-assignment, so a scrape never sees half a cycle and never renders anything itself.
+assignment, so a scrape never sees half a cycle and never renders anything itself. The status
+JSON is made from that cycle's immutable view on the first request of the cycle, then kept
+with it: most cycles nobody asks, and at 100k topics it cost 1.4-1.7 s and 46 MB a cycle.
 """
 
 from __future__ import annotations
@@ -35,6 +37,23 @@ IDLE_TIMEOUT = 30.0  # per socket operation; Prometheus reconnects transparently
 
 
 # --- published state -------------------------------------------------------------------------
+class _Once:
+    """bytes made on the first call, by one thread while others wait, then kept."""
+
+    __slots__ = ("_lock", "_make", "_value")
+
+    def __init__(self, make: Callable[[], bytes]) -> None:
+        self._make: Callable[[], bytes] | None = make
+        self._value = b""
+        self._lock = threading.Lock()
+
+    def __call__(self) -> bytes:
+        with self._lock:
+            if self._make is not None:
+                self._value, self._make = self._make(), None
+            return self._value
+
+
 @dataclass(frozen=True)
 class Publication:
     """Everything a scrape can see of one cycle."""
@@ -42,9 +61,13 @@ class Publication:
     cycle: int
     body: bytes
     body_gzip: bytes
-    status_json: bytes
+    status: _Once  # the status JSON, made on the cycle's first request
     degraded: tuple[str, ...]  # e.g. "source broker-1 down, serving data 240s old"
     published_at: float  # the state's monotonic clock
+
+    @property
+    def status_json(self) -> bytes:
+        return self.status()
 
 
 class Health(Enum):
@@ -92,16 +115,17 @@ class PublishedState:
     def current(self) -> Publication | None:
         return self._current
 
-    def publish(self, body: bytes, status: Mapping[str, object], *,
+    def publish(self, body: bytes, status: Callable[[], Mapping[str, object]], *,
                 degraded: tuple[str, ...] = ()) -> Publication:
-        """Compress and serialise off the scrape path, then swap in one assignment.
-        Called from the check loop only (one writer)."""
+        """Compress off the scrape path, then swap in one assignment; `status` is called
+        on the cycle's first /api/v1/status request, if any. Called from the check loop
+        only (one writer)."""
         self._cycles += 1
         publication = Publication(
             cycle=self._cycles,
             body=body,
             body_gzip=gzip.compress(body, compresslevel=self._gzip_level, mtime=0),
-            status_json=json.dumps(status, sort_keys=True, default=str).encode("utf-8"),
+            status=_Once(lambda: json.dumps(status(), sort_keys=True, default=str).encode()),
             degraded=tuple(degraded),
             published_at=self._clock(),
         )

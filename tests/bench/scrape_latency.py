@@ -133,7 +133,7 @@ def main() -> None:
               f"gzip {gzip_s:.2f}s", file=sys.stderr)
 
         state = PublishedState(check_interval=60)
-        state.publish(body, {})
+        state.publish(body, dict)
         srv = build_server("127.0.0.1:0", state).start()
         for use_gzip in (False, True):
             lat = run_scrapers(srv.address[1], use_gzip, args.scrapers, args.duration, 10**9)

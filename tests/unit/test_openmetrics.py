@@ -71,7 +71,7 @@ def test_served_by_accept_plain_and_gzipped(cycle_body):
     state = PublishedState(check_interval=10.0)
     server = build_server("127.0.0.1:0", state).start()
     try:
-        state.publish(cycle_body, {})
+        state.publish(cycle_body, dict)
         status, headers, got = request(server, headers={"Accept": PROMETHEUS})
         assert status == 200 and headers["content-type"] == OPENMETRICS_CONTENT_TYPE
         assert got == openmetrics(cycle_body) and "Accept" in headers["vary"]
@@ -80,7 +80,7 @@ def test_served_by_accept_plain_and_gzipped(cycle_body):
         assert headers["content-encoding"] == "gzip" and gzip.decompress(zipped) == got
         _, headers, classic = request(server)
         assert classic == cycle_body and headers["content-type"].startswith("text/plain")
-        state.publish(cycle_body + b"extra 1\n", {})  # the next cycle is converted anew
+        state.publish(cycle_body + b"extra 1\n", dict)  # the next cycle is converted anew
         _, _, again = request(server, headers={"Accept": PROMETHEUS})
         assert b"extra 1\n# EOF\n" in again
     finally:

@@ -14,6 +14,7 @@ import socket
 import ssl
 import subprocess
 import threading
+from functools import partial
 from pathlib import Path
 
 import bcrypt
@@ -85,7 +86,7 @@ def test_before_the_first_cycle_metrics_and_readyz_are_503_but_healthz_is_200(se
 
 
 def test_metrics_plain_and_gzip(server, state):
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     status, headers, body = request(server)
     assert (status, body) == (200, BODY)
     assert headers["content-type"] == CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
@@ -98,7 +99,7 @@ def test_metrics_plain_and_gzip(server, state):
 
 
 def test_head_sends_the_headers_of_get_without_a_body(server, state):
-    state.publish(BODY, {"a": 1})
+    state.publish(BODY, lambda: {"a": 1})
     for path in ("/metrics", "/healthz", "/readyz", "/api/v1/status", "/"):
         get_status, get_headers, get_body = request(server, path=path)
         status, headers, body = request(server, "HEAD", path)
@@ -108,12 +109,23 @@ def test_head_sends_the_headers_of_get_without_a_body(server, state):
 
 
 def test_status_json_is_served_as_handed_and_readyz_lists_degraded_sources(server, state):
+    """The status is made on the cycle's first request, once, not at publication."""
     status_doc = {"cycle": {"duration_seconds": 1.25}, "sources": {"broker-1": "up"},
                   "decisions": [{"topic": "persistent://t/n/x", "evict": False}]}
-    state.publish(BODY, status_doc, degraded=("source broker-2 down, data 120s old",))
-    status, headers, body = request(server, path="/api/v1/status")
-    assert status == 200 and headers["content-type"] == "application/json"
-    assert json.loads(body) == status_doc
+    made: list[int] = []
+
+    def status_of() -> dict:
+        made.append(state.current.cycle)
+        return status_doc
+
+    state.publish(BODY, status_of, degraded=("source broker-2 down, data 120s old",))
+    request(server)  # a scrape of /metrics makes no status
+    assert made == []
+    for _ in range(2):
+        status, headers, body = request(server, path="/api/v1/status")
+        assert status == 200 and headers["content-type"] == "application/json"
+        assert json.loads(body) == status_doc
+    assert made == [1]
     status, _, body = request(server, path="/readyz")
     assert status == 200
     assert body.decode().splitlines() == ["ready: cycle 1 published",
@@ -121,7 +133,7 @@ def test_status_json_is_served_as_handed_and_readyz_lists_degraded_sources(serve
 
 
 def test_index_links_every_endpoint(server, state):
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     status, headers, body = request(server, path="/")
     assert status == 200 and headers["content-type"].startswith("text/html")
     for target in ("metrics", "healthz", "readyz", "api/v1/status"):
@@ -130,7 +142,7 @@ def test_index_links_every_endpoint(server, state):
 
 
 def test_unknown_paths_and_methods(server, state):
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     assert request(server, path="/nope")[0] == 404
     assert request(server, path="/metrics?x=1")[0] == 200  # queries are ignored
     status, headers, _ = request(server, "POST", "/metrics")
@@ -161,7 +173,7 @@ def test_parse_listen_rejects(listen):
 
 
 def test_all_interfaces_listen_serves_ipv4(state):
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     with build_server(":0", state).start() as srv:
         conn = http.client.HTTPConnection("127.0.0.1", srv.address[1], timeout=5)
         conn.request("GET", "/metrics")
@@ -177,7 +189,7 @@ def test_a_busy_port_fails_at_build_time(server, state):
 # --- health ----------------------------------------------------------------------------------
 def test_healthz_follows_the_last_cycle_age(server, state, clock):
     assert state.max_age == 30.0  # (2 missed + 1) × check_interval
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     clock.now += 29.0
     status, _, body = request(server, path="/healthz")
     assert status == 200 and body == b"ok: cycle 1 finished 29.0s ago\n"
@@ -185,7 +197,7 @@ def test_healthz_follows_the_last_cycle_age(server, state, clock):
     status, _, body = request(server, path="/healthz")
     assert status == 503 and body.count(b"\n") == 1
     assert body.startswith(b"unhealthy: last cycle (1) finished 31.0s ago")
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     assert request(server, path="/healthz")[0] == 200
     assert request(server, path="/readyz")[2].startswith(b"ready: cycle 2")
 
@@ -205,7 +217,7 @@ def test_concurrent_scrapes_only_ever_see_whole_cycles(server, state):
 
     bodies = {body_of(i): i for i in range(30)}
     by_cycle = {i: b for b, i in bodies.items()}
-    state.publish(by_cycle[0], {"cycle": 0})
+    state.publish(by_cycle[0], lambda: {"cycle": 0})
     stop = threading.Event()
     seen: list[list[int]] = [[] for _ in range(4)]  # per scraper, the cycle of each read
     errors: list[str] = []
@@ -241,7 +253,7 @@ def test_concurrent_scrapes_only_ever_see_whole_cycles(server, state):
         i = next(published)
         if i > len(by_cycle) and all(len(set(mine)) >= 2 for mine in seen):
             return True
-        state.publish(by_cycle[i % len(by_cycle)], {"cycle": i})
+        state.publish(by_cycle[i % len(by_cycle)], partial(dict, cycle=i))
         return False
 
     try:
@@ -257,7 +269,7 @@ def test_concurrent_scrapes_only_ever_see_whole_cycles(server, state):
 
 # --- shutdown --------------------------------------------------------------------------------
 def test_shutdown_closes_the_listener_and_an_idle_keep_alive_connection(state):
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     srv = build_server("127.0.0.1:0", state).start()
     host, port = srv.address
     idle = http.client.HTTPConnection(host, port, timeout=10)
@@ -291,7 +303,7 @@ class CountingCheck:
 
 
 def test_basic_auth_on_every_route(state, alice_hash):
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     web = WebConfig(auth=BasicAuth({"alice": alice_hash}))
     with build_server("127.0.0.1:0", state, web).start() as srv:
         for path in ("/metrics", "/healthz", "/"):
@@ -392,7 +404,7 @@ def tls_files(tmp_path, openssl):
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
 def test_tls_serves_with_tls12_minimum(state, tls_files):
     cert, key = tls_files
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     web = load_web_config(Exposition(tls=Tls(str(cert), str(key))))
     assert web.tls.context().minimum_version == ssl.TLSVersion.TLSv1_2
     with build_server("127.0.0.1:0", state, web).start() as srv:
@@ -413,7 +425,7 @@ def test_tls_serves_with_tls12_minimum(state, tls_files):
 
 def test_tls_with_basic_auth(state, tls_files, alice_hash):
     cert, key = tls_files
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     web = load_web_config(Exposition(tls=Tls(str(cert), str(key)),
                                      basic_auth={"alice": alice_hash}))
     with build_server("127.0.0.1:0", state, web).start() as srv:
@@ -425,7 +437,7 @@ def test_tls_with_basic_auth(state, tls_files, alice_hash):
 def test_rotated_certificate_is_picked_up_by_new_connections(state, tmp_path, openssl):
     cert, key = make_cert(openssl, tmp_path / "live", "exporter-a")
     new_cert, new_key = make_cert(openssl, tmp_path / "next", "exporter-b")
-    state.publish(BODY, {})
+    state.publish(BODY, dict)
     web = load_web_config(Exposition(tls=Tls(str(cert), str(key))))
     trusted_b = tmp_path / "b.pem"
     trusted_b.write_bytes(new_cert.read_bytes())
