@@ -20,7 +20,8 @@ peak, keeping of each cycle's Aggregates only what the exporter keeps until the 
 JVM and the Python workers (VmHWM).
 The engine: what the driver does next with the merged tables (`Decider.decide`), warm,
 in this process on the same bodies parsed here: seconds, per topic, and the resident
-growth it and the merge leave (the decisions and the engine's per-topic state).
+growth it and the merge leave (the decisions and the engine's per-topic state); then the
+/metrics body of its decisions (build and render): seconds, size and traced peak.
 The age tables (engine/agetable.py): bytes a topic (traced, names excluded) after 2 cycles
 and once full, beside the same points kept as Python lists, as they were until 2026-11.
 """
@@ -215,8 +216,9 @@ def engine(totals: list[int], brokers: int) -> None:
     from exporter.pipeline.scrape import parsed_pieces, tables_of
 
     print(f"\n### The engine after the merge ({brokers} brokers, warm: the second cycle)\n")
-    print("| topics | merge s | decide s | µs a topic | driver growth MB |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| topics | merge s | decide s | µs a topic | driver growth MB | publish s "
+          "| body MB | publish peak MB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for total in totals:
         template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
         tables = []
@@ -232,12 +234,41 @@ def engine(totals: list[int], brokers: int) -> None:
             t0 = time.perf_counter()
             agg = merge(tables, {})
             t1 = time.perf_counter()
-            decider.decide(agg, None, time.time() + 60 * cycle)
+            decisions = decider.decide(agg, None, time.time() + 60 * cycle)
             merged.append(t1 - t0)
             decided.append(time.perf_counter() - t1)
         grown = _status_mb("VmRSS") - before
+        published, body_mb, peak = _publish(decisions)
         print(f"| {agg.topics.num_rows:,} | {merged[-1]:.2f} | {decided[-1]:.1f} "
-              f"| {decided[-1] / agg.topics.num_rows * 1e6:.0f} | {grown:,.0f} |", flush=True)
+              f"| {decided[-1] / agg.topics.num_rows * 1e6:.0f} | {grown:,.0f} "
+              f"| {published:.1f} | {body_mb:,.0f} | {peak:,.0f} |", flush=True)
+
+
+def _publish(decisions) -> tuple[float, float, float]:
+    """The /metrics body of the decisions, as the cycle makes it (build, render): seconds,
+    the body's MB, and the traced peak of the two over what was held before (MB; a second
+    run, under tracemalloc, which slows it)."""
+    import tracemalloc
+
+    from exporter.exposition.build import CycleFacts, Tallies, build
+    from exporter.exposition.metricset import process_body, render
+
+    facts = CycleFacts("bench", decisions.checked_at, {}, decisions.checked_at, 60.0, 10.0,
+                       60.0)
+
+    def body() -> bytes:
+        return render(build(facts, decisions, (), Tallies(), "bench"), topic_level=True,
+                      trailer=process_body())
+
+    t0 = time.perf_counter()
+    size = len(body())
+    seconds = time.perf_counter() - t0
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    body()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return seconds, size / 1e6, peak / 1e6
 
 
 def _traced_per_topic(fill, points: int, topics: int) -> float:

@@ -150,6 +150,28 @@ def test_promtool_rejects_a_broken_body(check_metrics):
     assert check_metrics(b'm{a="x} 1\n').returncode != 0
 
 
+def test_a_body_of_many_batches_is_every_line_once_in_order_then_the_trailer():
+    """Lines are written out in batches (8,192 samples, 1,024 histogram series): a body
+    crossing many batch boundaries, escapes included, is the same text, line for line."""
+    b = MetricSetBuilder()
+    ages = [(f"ns-{i % 7}", f'persistent://t/ns/{i}-"q"') for i in range(20_000)]
+    for i, (ns, topic) in enumerate(ages):
+        b.add(AGE, ("c", ns, topic), i + 0.5)
+    for i in range(3_000):
+        b.observe_histogram(CHECK, (f"c{i}",), 0.02 * i)
+    trailer = b"# the process's own\n"
+    body = render(b.build(), topic_level=True, trailer=trailer)
+    lines = body.decode("utf-8").split("\n")
+    escaped = [(ns, topic.replace('"', '\\"')) for ns, topic in ages]
+    assert [line for line in lines if line.startswith(AGE + "{")] == [
+        f'{AGE}{{cluster="c",namespace="{ns}",topic="{topic}"}} {i + 0.5}'
+        for i, (ns, topic) in enumerate(escaped)]
+    counts = [line for line in lines if line.startswith(CHECK + "_count")]
+    assert counts == [f'{CHECK}_count{{cluster="c{i}"}} 1' for i in range(3_000)]
+    assert body.endswith(b"\n" + trailer)
+    assert len(parse(body[:-len(trailer)])) == 20_000 + 3_000 * (len(BY_NAME[CHECK].buckets) + 3)
+
+
 # --- histograms --------------------------------------------------------------------------------
 @given(st.lists(st.floats(-10, 1000, allow_nan=False), max_size=30))
 def test_histogram_buckets_are_cumulative_counts_of_observations(observations):
