@@ -17,10 +17,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
 from exporter.engine.agetable import AgeTables, Estimate, Method
 from exporter.engine.attention import disagrees
@@ -31,6 +27,7 @@ from exporter.engine.backlog import (
     TopicDecision,
     check_against,
 )
+from exporter.engine.columns import counter, rows
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.quotas import Resolver
@@ -70,38 +67,6 @@ class Decisions:
     # Topics whose Pulsar limits, as resolved here, differ from those their broker prints it
     # applies: a topic-level policy set since it was last read (sources/policies.py).
     doubted: frozenset[str] = frozenset()
-
-
-_REPEATED = frozenset({"namespace", "subscription"})  # few distinct values, many rows
-
-
-def _columns(table, names: tuple[str, ...]) -> list[list]:
-    return [_shared(table.column(n)) if n in _REPEATED else table.column(n).to_pylist()
-            for n in names]
-
-
-def _shared(column: pa.ChunkedArray) -> list[str | None]:
-    """The column's values with one str object per distinct value. `to_pylist` makes one a
-    row, and the decisions hold them until the next cycle: at a million topics, a million
-    copies of a few namespace names (~60 MB), as many of each subscription's name."""
-    distinct: dict[str, str] = {}
-    values: list[str | None] = []
-    for chunk in column.chunks:
-        encoded = pc.dictionary_encode(chunk)
-        words: list[str | None] = [distinct.setdefault(w, w)
-                                   for w in encoded.dictionary.to_pylist()]
-        words.append(None)  # where the value is null
-        rows = encoded.indices.fill_null(len(words) - 1).to_numpy(zero_copy_only=False)
-        values += np.array(words, dtype=object)[rows].tolist()
-    return values
-
-
-_COUNTER_MAX = 2.0**63  # the broker's counters are Java longs
-
-
-def _int(v: float | None) -> int | None:
-    """A message counter as an int; None where no long holds it (malformed, not a count)."""
-    return None if v is None or not -_COUNTER_MAX < v < _COUNTER_MAX else int(v)
 
 
 def _messages_per_entry(subs: list[tuple[str, float]], backlog_bytes: float | None,
@@ -183,7 +148,7 @@ class Decider:
         broker printed (PIP-492's gauge, Pulsar >= 5.0)."""
         by_topic: dict[str, list[tuple[str, float]]] = defaultdict(list)
         ages: dict[tuple[str, str], float] = {}
-        topics, names, backlogs, printed = _columns(
+        topics, names, backlogs, printed = rows(
             agg.subscriptions, ("topic", "subscription", "backlog_messages",
                                 "backlog_age_seconds"))
         for topic, name, backlog, age in zip(topics, names, backlogs, printed, strict=True):
@@ -269,7 +234,7 @@ class Decider:
         max_age: dict[str, float] = {}
         doubted: list[str] = []
         measured: dict[tuple[str, str], tuple[float, int]] = {}
-        topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, sizes, times = _columns(
+        topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, sizes, times = rows(
             agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
                          "backlog_age_seconds", "backlog_size_bytes",
                          "backlog_quota_limit_bytes", "backlog_quota_limit_seconds"))
@@ -284,7 +249,7 @@ class Decider:
                 strict=True):
             if topic.partition("://")[2] in ours:
                 continue
-            published = _int(published_f)
+            published = counter(published_f)
             if published is not None:
                 self.ages.observe(topic, now, published)
             # The broker prints -1 until its backlog-quota check has measured the age.
@@ -326,7 +291,7 @@ class Decider:
         elapsed = (now - self._last_at) if self._last_at is not None else None
         totals: dict[GroupKey, Usage] = {}
         printed: dict[GroupKey, Usage] = {}
-        names, classes, msgs, byts, msg_rates, byte_rates = _columns(
+        names, classes, msgs, byts, msg_rates, byte_rates = rows(
             agg.resource_groups, ("resource_group", "monitoring_class", "messages_total",
                                   "bytes_total", "messages_per_second", "bytes_per_second"))
         for name, cls, m, b, mr, br in zip(names, classes, msgs, byts, msg_rates, byte_rates,

@@ -178,9 +178,9 @@ def test_decisions_share_one_name_per_namespace_and_subscription() -> None:
     assert len(names) == 80 and len({id(n) for n in names}) == len(set(names)) == 2
     import pyarrow as pa
 
-    from exporter.engine.decide import _shared
+    from exporter.engine.columns import shared
 
-    values = _shared(pa.chunked_array([["a", None, "b", "a"], ["a"], []], pa.string()))
+    values = shared(pa.chunked_array([["a", None, "b", "a"], ["a"], []], pa.string()))
     assert values == ["a", None, "b", "a", "a"]  # nulls kept, across chunks
     assert len({id(v) for v in values if v == "a"}) == 1
 

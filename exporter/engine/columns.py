@@ -1,0 +1,40 @@
+"""From the pipeline's Arrow columns to the Python values the engine's per-entity loops
+read (engine/decide.py), kept as small as the decisions that hold them allow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_REPEATED = frozenset({"namespace", "subscription"})  # few distinct values, many rows
+
+
+def rows(table: pa.Table, names: tuple[str, ...]) -> list[list]:
+    """The named columns as Python lists, for the engine's loops over entities."""
+    return [shared(table.column(n)) if n in _REPEATED else table.column(n).to_pylist()
+            for n in names]
+
+
+def shared(column: pa.ChunkedArray) -> list[str | None]:
+    """The column's values with one str object per distinct value. `to_pylist` makes one a
+    row, and the decisions hold them until the next cycle: at a million topics, a million
+    copies of a few namespace names (~60 MB), as many of each subscription's name."""
+    distinct: dict[str, str] = {}
+    values: list[str | None] = []
+    for chunk in column.chunks:
+        encoded = pc.dictionary_encode(chunk)
+        words: list[str | None] = [distinct.setdefault(w, w)
+                                   for w in encoded.dictionary.to_pylist()]
+        words.append(None)  # where the value is null
+        indices = encoded.indices.fill_null(len(words) - 1).to_numpy(zero_copy_only=False)
+        values += np.array(words, dtype=object)[indices].tolist()
+    return values
+
+
+_COUNTER_MAX = 2.0**63  # the broker's counters are Java longs
+
+
+def counter(v: float | None) -> int | None:
+    """A message counter as an int; None where no long holds it (malformed, not a count)."""
+    return None if v is None or not -_COUNTER_MAX < v < _COUNTER_MAX else int(v)
