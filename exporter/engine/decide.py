@@ -9,12 +9,10 @@ both keyed by broker or bundle and pruned the same way).
 
 from __future__ import annotations
 
-import gc
 import math
 import threading
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
@@ -98,22 +96,6 @@ def _average_size(published: int | None, bytes_in: float | None,
     if backlog_bytes and math.isfinite(backlog_bytes) and backlog_bytes > 0 and slowest > 0:
         return backlog_bytes / slowest
     return None
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while the engine decides. It makes a few objects a topic
-    and no reference cycles (a test holds it to that), so every collection it triggers
-    scans the heap for nothing, the whole heap on the oldest generation's turns: 12-14 % of
-    a decide at 1M topics (`gc.callbacks`). Reference counting still frees all it drops;
-    other threads' cycles, if any, wait for the collector's next run after it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class Decider:
@@ -378,10 +360,6 @@ class Decider:
 
     # --- the cycle ------------------------------------------------------------------------
     def decide(self, agg: Aggregates, admin: AdminSnapshot | None, now: float) -> Decisions:
-        with _collector_paused():
-            return self._decide(agg, admin, now)
-
-    def _decide(self, agg: Aggregates, admin: AdminSnapshot | None, now: float) -> Decisions:
         topics, max_age, doubted = self._backlog(agg, admin, now)
         groups = self._groups(agg, now)
         self._last_at = now
