@@ -5,7 +5,7 @@ scrapes only serve the bytes. Rendering is hand-written string building, because
 prometheus-client's `generate_latest` needs 1.1–1.7 s for 100k series on this machine. Lines
 are joined and encoded in batches into one buffer handed over without a copy: rendered as one
 list joined into one str, then encoded, the body was held three times over at its peak (at
-100k topics 214 MB for a 52 MB body, the metric set included; ~2 GB at 1M).
+100k topics 214 MB for a 52 MB body, the metric set included; ~2 GB at 1M, scaled).
 """
 
 from __future__ import annotations
