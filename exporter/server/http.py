@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Generic, TypeVar
 from urllib.parse import urlsplit
 
 from exporter import __version__
@@ -37,21 +38,25 @@ IDLE_TIMEOUT = 30.0  # per socket operation; Prometheus reconnects transparently
 
 
 # --- published state -------------------------------------------------------------------------
-class _Once:
-    """bytes made on the first call, by one thread while others wait, then kept."""
+T = TypeVar("T")
+
+
+class _Once(Generic[T]):
+    """A value of one publication made on its first call, by one thread while others wait,
+    then kept with that publication (and gone with it)."""
 
     __slots__ = ("_lock", "_make", "_value")
 
-    def __init__(self, make: Callable[[], bytes]) -> None:
-        self._make: Callable[[], bytes] | None = make
-        self._value = b""
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make: Callable[[], T] | None = make
+        self._value: T | None = None
         self._lock = threading.Lock()
 
-    def __call__(self) -> bytes:
+    def __call__(self) -> T:
         with self._lock:
             if self._make is not None:
                 self._value, self._make = self._make(), None
-            return self._value
+            return self._value  # type: ignore[return-value]  # made above
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,10 @@ class Publication:
     cycle: int
     body: bytes
     body_gzip: bytes
-    status: _Once  # the status JSON, made on the cycle's first request
+    status: _Once[bytes]  # the status JSON, made on the cycle's first request
+    # the body as OpenMetrics, plain and gzipped: made on the cycle's first OpenMetrics
+    # scrape (most scrapers ask for one format only)
+    openmetrics: _Once[tuple[bytes, bytes]]
     degraded: tuple[str, ...]  # e.g. "source broker-1 down, serving data 240s old"
     published_at: float  # the state's monotonic clock
 
@@ -98,18 +106,13 @@ class PublishedState:
         self._started = clock()
         self._current: Publication | None = None
         self._cycles = 0
-        self._om_lock = threading.Lock()
-        self._om: tuple[int, bytes, bytes] | None = None  # cycle, body, gzip
 
-    def openmetrics_of(self, publication: Publication) -> tuple[bytes, bytes]:
-        """`publication`'s body as OpenMetrics, plain and gzipped: made on the first
-        OpenMetrics scrape of a cycle (most scrapers ask for one format only), then kept."""
-        with self._om_lock:
-            if self._om is None or self._om[0] != publication.cycle:
-                body = openmetrics(publication.body)
-                self._om = (publication.cycle, body,
-                            gzip.compress(body, compresslevel=self._gzip_level, mtime=0))
-            return self._om[1], self._om[2]
+    def _gzip(self, body: bytes) -> bytes:
+        return gzip.compress(body, compresslevel=self._gzip_level, mtime=0)
+
+    def _openmetrics(self, body: bytes) -> tuple[bytes, bytes]:
+        converted = openmetrics(body)
+        return converted, self._gzip(converted)
 
     @property
     def current(self) -> Publication | None:
@@ -124,8 +127,9 @@ class PublishedState:
         publication = Publication(
             cycle=self._cycles,
             body=body,
-            body_gzip=gzip.compress(body, compresslevel=self._gzip_level, mtime=0),
+            body_gzip=self._gzip(body),
             status=_Once(lambda: json.dumps(status(), sort_keys=True, default=str).encode()),
+            openmetrics=_Once(lambda: self._openmetrics(body)),
             degraded=tuple(degraded),
             published_at=self._clock(),
         )
@@ -171,11 +175,11 @@ _INDEX = b"""<!doctype html>
 """
 
 
-def _metrics(state: PublishedState, current: Publication, accept: str | None,
+def _metrics(current: Publication, accept: str | None,
              accept_encoding: str | None) -> _Response:
     body, zipped, kind = current.body, current.body_gzip, CONTENT_TYPE
     if prefers_openmetrics(accept):
-        (body, zipped), kind = state.openmetrics_of(current), OPENMETRICS_CONTENT_TYPE
+        (body, zipped), kind = current.openmetrics(), OPENMETRICS_CONTENT_TYPE
     if accepts_gzip(accept_encoding):
         return _Response(200, zipped, kind,
                          (("Content-Encoding", "gzip"), ("Vary", "Accept, Accept-Encoding")))
@@ -188,7 +192,7 @@ def _route(state: PublishedState, path: str, accept_encoding: str | None,
     if path == "/metrics":
         if current is None:
             return _Response(503, b"no check cycle published yet\n")
-        return _metrics(state, current, accept, accept_encoding)
+        return _metrics(current, accept, accept_encoding)
     if path == "/healthz":
         health, reason = state.health()
         code = 200 if health in (Health.OK, Health.STARTING) else 503
