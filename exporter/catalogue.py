@@ -254,7 +254,8 @@ CATALOGUE: tuple[Metric, ...] = (
        ("cluster", "source", "reason"), U.NONE, E,
        known_values=MappingProxyType({"reason": SCRAPE_ERROR_REASONS})),
     _m("pulsar_quota_exporter_source_malformed_lines_total", C,
-       "Lines of a source's metrics text that could not be parsed and were skipped.",
+       "Lines of a source's metrics text skipped as malformed: not the text format, or a "
+       "count that no Java long holds.",
        ("cluster", "source"), U.NONE, E),
     _m("pulsar_quota_exporter_source_staleness_seconds", G,
        "Age of the data in use for a source (grows while the source fails).",

@@ -191,7 +191,7 @@ def _shares(rows: Sequence[Mapping], ids: Mapping[str, str]) -> list[BundleStats
         BundleStats(
             name=f"{r['namespace']}/{r['bundle']}",
             broker=ids[r["source"]],
-            topics=r["topics"] or 0,
+            topics=round(_number(r["topics"])),
             producers=round(_number(r["producers"])),
             consumers=round(_number(r["consumers"])),
             msg_rate_in=_number(r["rate_in"]),

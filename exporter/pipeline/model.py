@@ -33,6 +33,7 @@ class MalformedReason(StrEnum):
     SYNTAX = "syntax"  # not `name[{labels}] value [timestamp]` in the text format
     DUPLICATE_LABEL = "duplicate_label"  # a kept family's sample names a label twice
     UNKEYED_TOPIC = "unkeyed_topic"  # a short topic name with no namespace to complete it
+    NOT_A_COUNT = "not_a_count"  # a count (a Java long on the broker) that no long holds
 
 
 class Level(StrEnum):

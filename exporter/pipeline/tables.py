@@ -59,6 +59,15 @@ FROM_SUBSCRIPTIONS = {
     "throughput_out": "throughput_out",
 }
 _TOPIC_COLUMNS = list(dict.fromkeys(TOPIC_FAMILIES.values()))
+# Columns the broker counts in Java longs: messages, bytes, producers, consumers, topics.
+COUNT_COLUMNS = frozenset({
+    "backlog_messages", "unacked_messages", "msg_in_total", "bytes_in_total", "msg_out_total",
+    "bytes_out_total", "storage_size_bytes", "backlog_size_bytes", "msg_backlog", "producers",
+    "consumers", "subscriptions", "topics"})
+_COUNT_CODES = pa.array(sorted({FAMILIES.index(f) for families in (
+    SUBSCRIPTION_FAMILIES, TOPIC_FAMILIES, NAMESPACE_FAMILIES)
+    for f, c in families.items() if c in COUNT_COLUMNS}), pa.int32())
+_LONG_MAX = 2.0**63
 _OTEL_CODES = pa.array([FAMILIES.index(f) for f in OTEL_TOPIC_FAMILIES], pa.int32())
 _STARTED_CODE = pa.scalar(FAMILIES.index("process_start_time_seconds"), pa.int32())
 _F = pa.float64()
@@ -129,6 +138,8 @@ def source_tables(parts: Sequence[Parsed], rule: TopicFilter = KEEP_ALL) -> Sour
     rest = samples.filter(pc.not_equal(samples["family"], _STARTED_CODE))
     otel_only = rest.num_rows > 0 and bool(pc.all(pc.is_in(rest["family"], _OTEL_CODES)).as_py())
     samples = entity_samples(samples)
+    samples, not_counts = _counts_only(samples)
+    malformed[MalformedReason.NOT_A_COUNT.value] += not_counts
     subscriptions = _subscriptions(_level(samples, Level.SUBSCRIPTION))
     topics = _topics(_level(samples, Level.TOPIC), subscriptions)
     filtered = 0
@@ -154,6 +165,20 @@ def _decoded(samples: pa.Table) -> pa.Table:
     samples = samples.unify_dictionaries().combine_chunks()
     i = samples.schema.get_field_index("cluster")
     return samples.set_column(i, "cluster", samples["cluster"].cast(_S))
+
+
+def _counts_only(samples: pa.Table) -> tuple[pa.Table, int]:
+    """Samples of count families (`COUNT_COLUMNS`) whose value no Java long holds (NaN,
+    ±Inf, beyond ±2^63) left out, and how many. The text format allows them anywhere, the
+    broker never prints them for a count, and the engine reads counts as integers: one
+    such backlog made every cycle's decisions fail, for every broker. Negative counts are
+    kept: Pulsar has printed negative backlogs, and the engine reads them as none."""
+    value = samples["value"]
+    bad = pc.and_(pc.is_in(samples["family"], _COUNT_CODES),
+                  pc.invert(pc.less(pc.abs(value), _LONG_MAX)))  # NaN compares false
+    bad = pc.fill_null(bad, False)
+    count = pc.sum(bad).as_py() or 0
+    return (samples.filter(pc.invert(bad)) if count else samples), count
 
 
 def _level(samples: pa.Table, level: Level) -> pa.Table:

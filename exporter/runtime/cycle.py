@@ -102,6 +102,7 @@ class Exporter:
         self._filtered = self._held = 0  # topics filters.topics left out; held (lastgood.py)
         self._publish_seconds: float | None = None
         self._heard: list[WireReport] = []  # peers' reports since the last recorded cycle
+        self._malformed_said: set[tuple[str, str]] = set()  # (broker, reason) logged once
 
     # --- the parts others read ------------------------------------------------------------
     @property
@@ -248,8 +249,7 @@ class Exporter:
             self._filtered = sum(t.filtered for _, t in brokers.tables)
             self._held = brokers.held
             self._seen = (agg.topics["topic"], brokers.stale)  # a set only if the walk asks
-            for row in agg.malformed.to_pylist():
-                self.tallies.malformed_lines[row["source"]] += row["lines"]
+            self._count_malformed(agg.malformed.to_pylist())
             with stage("engine"):
                 decisions = self.decider.decide(agg, snapshot.admin, now)
             with stage("actions"):
@@ -278,6 +278,18 @@ class Exporter:
         self.tallies.check_duration = self.tallies.check_duration.observe(
             time.perf_counter() - started)
         return Checked(snapshot, decisions, now, stages)
+
+    def _count_malformed(self, rows: list[dict]) -> None:
+        """Lines skipped per broker: counted every cycle, logged the first time a broker
+        has them for a reason (a broker that prints them prints them every cycle)."""
+        for row in rows:
+            source, reason, lines = row["source"], row["reason"], row["lines"]
+            self.tallies.malformed_lines[source] += lines
+            if lines and (source, reason) not in self._malformed_said:
+                self._malformed_said.add((source, reason))
+                log.warning("broker %s: %d line(s) of its metrics skipped as %s (counted in "
+                            "pulsar_quota_exporter_source_malformed_lines_total; logged once)",
+                            source, lines, reason)
 
     def cancel(self) -> None:
         """Stopping: cancel the running cycle's Spark jobs so the loop ends in seconds."""

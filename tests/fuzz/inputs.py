@@ -7,7 +7,10 @@ The four kinds, each through the code that meets such input in production:
 
 - metrics: a broker's /metrics body: `sniff` (what `sources.brokers.stream` rejects as
   malformed), then `whole_lines` pieces → `parse_text` → `source_tables`, as
-  `pipeline.scrape.scrape_one` does. Skipped lines are counted by `MalformedReason`.
+  `pipeline.scrape.scrape_one` does. Skipped lines are counted by `MalformedReason`. The
+  tables then go through the driver's `merge`, two cycles of the engine's `decide`, and
+  the /metrics body and status JSON of the second: whatever tables the pipeline makes,
+  the engine decides and the exporter publishes.
 - admin: an admin REST answer: `json.loads` and `classify` as `sources.admin._Http`
   does, then the converter of the endpoint (`adminjson`, `policies`, `resourcegroups`),
   which may only raise `FetchFailure` (malformed / missing_fields).
@@ -53,6 +56,11 @@ from exporter.catalogue import (
 )
 from exporter.config.load import ConfigError, load, parse
 from exporter.config.model import Config, MonitoringClass
+from exporter.engine.decide import Decider
+from exporter.exposition.build import CycleFacts, Tallies, build
+from exporter.exposition.metricset import render
+from exporter.exposition.status import view
+from exporter.pipeline.merge import merge
 from exporter.pipeline.model import MalformedReason
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import source_tables
@@ -315,7 +323,24 @@ def metrics_body(body: bytes, piece_bytes: int = 4096) -> Outcome:
         raise Violation(f"negative counts: {malformed}")
     if malformed[MalformedReason.SYNTAX.value] > body.count(b"\n") + 1:
         raise Violation(f"more syntax errors than lines: {malformed}")
+    decider = Decider(_broker_config())
+    aggregates = merge([(_BROKER_URL, tables)], {})
+    for cycle in range(2):  # the second reads the age tables the first began
+        decisions = decider.decide(aggregates, None, _NOW + 60 * cycle)
+    facts = CycleFacts("fuzz", _NOW, {}, _NOW, 60.0, 10.0, 60.0)
+    render(build(facts, decisions, (), Tallies(), "fuzz"), topic_level=True)
+    json.dumps(view("fuzz", _NOW, decisions, ()), allow_nan=False)  # strict JSON
     return Outcome(accepted=1, lines=Counter({k: v for k, v in malformed.items() if v}))
+
+
+_BROKER_URL = "http://broker-1:8080/metrics"
+_NOW = 1_800_000_000.0
+
+
+@cache
+def _broker_config() -> Config:
+    return parse({"cluster": "fuzz", "sources": {"brokers": [{"url": _BROKER_URL}]}},
+                 "fuzz.yaml")
 
 
 # --- admin JSON -------------------------------------------------------------------------------

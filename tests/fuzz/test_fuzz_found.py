@@ -32,11 +32,24 @@ one gets its test here and, while its fix is pending, its site in `inputs.KNOWN_
    crashes with a traceback and exit 1 instead of exit 2; a reload fails the whole cycle
    instead of being counted as a failed reload). Fix: build the loader inside the `try`,
    and turn a ValueError of `get_single_data` into a ConfigError naming the file.
+6. engine/decide.py `_topic_state`: `int()` of a subscription's backlog that is NaN or
+   ±Inf (the text format allows them on any sample), and `round()` of a backlog size of
+   +Inf: ValueError / OverflowError out of `decide`, so every cycle failed and kept its
+   last decisions, every broker's, for as long as one broker printed it. Found by hand,
+   putting NaN, ±Inf and 1e30 in place of each read family's values: the fuzz's mutations
+   do not reach it in its 300 examples, though its bodies now go on through the merge and
+   two cycles of the engine. Fix: the pipeline skips a count family's sample that no Java
+   long holds, counted as `not_a_count` (pipeline/tables.py).
+7. engine/loadview.py `_shares`: a negative `pulsar_topics_count` (a broker with
+   topic-level metrics off) became a bundle's topic count, which `BundleStats` refuses:
+   ValueError out of `decide`, every cycle, as in 6. Found the same way. Fix: read it as
+   the other counts are, negative or not finite as 0 (`_number`).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -52,6 +65,7 @@ from exporter.sources.brokers import FetchFailed, FetchFailure
 from exporter.sources.model import ScrapeError
 from exporter.sources.policies import broker_default_from_json
 from tests.fakes.admin_server import FakeAdminServer
+from tests.fuzz import inputs
 from tests.fuzz.brokerserver import BrokerServer, Response
 
 UNLABELLED = b"# TYPE pulsar_lb_cpu_usage gauge\npulsar_lb_cpu_usage 12.5\n"
@@ -75,6 +89,29 @@ def test_a_broker_serving_samples_without_labels_is_up() -> None:
         server.stop()
     # now: down, last_error "other", detail "IndexError: index -1 is out of bounds …"
     assert health.up, (health.last_error, health.last_error_detail)
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "1e30"])
+@pytest.mark.parametrize("family", ["pulsar_subscription_back_log",
+                                    "pulsar_storage_backlog_size", "pulsar_in_messages_total"])
+def test_a_count_no_long_holds_is_skipped_and_the_topics_decided(family: str,
+                                                                 value: str) -> None:
+    lines = inputs.metrics_seed(0, 0, 0).split(b"\n")
+    hit = [i for i, line in enumerate(lines) if line.startswith(family.encode() + b"{")]
+    for i in hit:
+        lines[i] = lines[i].rsplit(b" ", 1)[0] + b" " + value.encode()
+    outcome = inputs.metrics_body(b"\n".join(lines))  # ValueError / OverflowError in decide
+    assert hit and outcome.lines == Counter({"not_a_count": len(hit)})
+
+
+def test_a_negative_topic_count_is_none_and_the_topics_decided() -> None:
+    fixture = inputs.METRICS_FIXTURES.index(
+        "apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt")  # topic-level metrics off
+    lines = inputs.metrics_seed(fixture, 0, 0).split(b"\n")
+    hit = [i for i, line in enumerate(lines) if line.startswith(b"pulsar_topics_count{")]
+    for i in hit:
+        lines[i] = lines[i].rsplit(b" ", 1)[0] + b" -5"
+    assert hit and inputs.metrics_body(b"\n".join(lines)).accepted == 1  # ValueError
 
 
 # --- 2. admin JSON ----------------------------------------------------------------------------

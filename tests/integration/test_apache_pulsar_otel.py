@@ -180,7 +180,7 @@ def test_otel_entities_equal_the_classic_ones(apache_pulsar: ApachePulsar,
         assert partition["backlog_quota_limit_bytes"] == 10 * MIB
         assert partition["backlog_size_bytes"] > 20 * 200
     assert _tables(otel_text).malformed == dict.fromkeys(
-        ("syntax", "duplicate_label", "unkeyed_topic"), 0)
+        ("syntax", "duplicate_label", "unkeyed_topic", "not_a_count"), 0)
     assert _tables(otel_text).usage["otel_only"].to_pylist() == [True]
 
     if os.environ.get("PQE_RECORD_FIXTURES"):  # tests/fixtures/SOURCES.md says how

@@ -7,6 +7,7 @@ published (body and status), and a failing broker side leaving the last good dat
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import pytest
@@ -165,6 +166,21 @@ def test_malformed_lines_are_counted_once_per_fetch():
     clock.now += 10
     report = exporter.cycle()  # stale data: its broken line is not counted again
     assert sample(report, "pulsar_quota_exporter_source_malformed_lines_total", source=URL) == 1
+
+
+def test_a_backlog_no_long_holds_is_counted_logged_once_and_the_cycle_decided(caplog):
+    """A NaN backlog failed every cycle (tests/fuzz/test_fuzz_found.py, 6)."""
+    nan = body(10).replace(" 10\n", " NaN\n")
+    exporter, _, clock = exporter_for([nan, nan], enforce=False)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            report = exporter.cycle()
+            clock.now += 10
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    said = [r.getMessage() for r in caplog.records if "skipped as not_a_count" in r.getMessage()]
+    assert len(said) == 1 and URL in said[0]
+    assert sample(report, "pulsar_quota_exporter_source_malformed_lines_total", source=URL) == 2
+    assert report.status["topics"][0]["backlog_messages"] == 0
 
 
 @pytest.mark.parametrize("enforce", [False, True])

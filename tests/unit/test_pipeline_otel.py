@@ -52,7 +52,8 @@ def classic() -> SourceTables:
 
 
 def test_otel_fixture_parses_without_malformed_lines(otel):
-    assert otel.malformed == {"syntax": 0, "duplicate_label": 0, "unkeyed_topic": 0}
+    assert otel.malformed == {"syntax": 0, "duplicate_label": 0, "unkeyed_topic": 0,
+                              "not_a_count": 0}
     assert otel.usage["otel_only"].to_pylist() == [True]
 
 
