@@ -307,15 +307,19 @@ def _oldest_first(subscriptions: Sequence[SubscriptionBacklog]) -> list[Subscrip
     backlogged = [s for s in subscriptions if s.backlog_messages > 0]
     if len(backlogged) < 2:  # most topics: nothing to order
         return backlogged
-    timed = sorted(
-        (s for s in backlogged if s.oldest_publish_time is not None),
-        key=lambda s: (s.oldest_publish_time, -s.backlog_messages, s.name),
-    )
-    untimed = sorted(
-        (s for s in backlogged if s.oldest_publish_time is None),
-        key=lambda s: (-s.backlog_messages, s.name),
-    )
+    timed = [s for s in backlogged if s.oldest_publish_time is not None]
+    untimed = [s for s in backlogged if s.oldest_publish_time is None]
+    timed.sort(key=_by_time)
+    untimed.sort(key=_by_backlog)
     return timed + untimed
+
+
+def _by_time(s: SubscriptionBacklog) -> tuple[float | None, int, str]:
+    return s.oldest_publish_time, -s.backlog_messages, s.name
+
+
+def _by_backlog(s: SubscriptionBacklog) -> tuple[int, str]:
+    return -s.backlog_messages, s.name
 
 
 def _bytes(sub: SubscriptionBacklog, avg: float | None,

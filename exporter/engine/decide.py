@@ -29,6 +29,7 @@ from exporter.engine.columns import counter, rows
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.quotas import Resolver
+from exporter.engine.sizes import message_sizes, slowest_backlogs
 from exporter.engine.systemtopics import is_system_topic
 from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
 from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
@@ -65,37 +66,6 @@ class Decisions:
     # Topics whose Pulsar limits, as resolved here, differ from those their broker prints it
     # applies: a topic-level policy set since it was last read (sources/policies.py).
     doubted: frozenset[str] = frozenset()
-
-
-def _messages_per_entry(subs: list[tuple[str, float]], backlog_bytes: float | None,
-                        avg_message_bytes: float | None) -> float:
-    """Messages per backlog entry, for the age table. Pulsar's backlog counts entries
-    (`ManagedCursor.getNumberOfEntriesInBacklog`: a batch is one entry) while
-    `msgInCounter` counts messages, so a batched topic's backlog read as messages looks
-    `batch size` times too young. Bytes agree on both sides (measured on 4.0.8: a backlog
-    of 100 entries of 10 messages, `backlogSize` = `bytesInCounter` = 112659), so the
-    slowest subscription's backlog bytes (`pulsar_storage_backlog_size`) over the topic's
-    average message size give its backlog in messages. Exact for uniform message sizes;
-    1 where the broker prints no backlog size (pulsar-lite counts messages)."""
-    slowest = max((b for _, b in subs), default=0.0)
-    if not (slowest > 0 and backlog_bytes and avg_message_bytes):
-        return 1.0
-    return max(1.0, backlog_bytes / avg_message_bytes / slowest)
-
-
-def _average_size(published: int | None, bytes_in: float | None,
-                  subs: list[tuple[str, float]], backlog_bytes: float | None) -> float | None:
-    """Bytes per message: the topic's counters', else the slowest subscription's backlog
-    bytes (`pulsar_storage_backlog_size`) over its backlog. A broker that loads a topic
-    again (after a restart, or with its bundle) starts its counters at 0: without the
-    second, an idle topic's backlog size, and its size quota, would be unknown until
-    something is published again, where Pulsar itself checks its backlog size."""
-    if published and bytes_in:
-        return bytes_in / published
-    slowest = max((b for _, b in subs), default=0.0)
-    if backlog_bytes and math.isfinite(backlog_bytes) and backlog_bytes > 0 and slowest > 0:
-        return backlog_bytes / slowest
-    return None
 
 
 class Decider:
@@ -140,9 +110,9 @@ class Decider:
         return by_topic, ages
 
     def _topic_state(self, topic: str, namespace: str, published: int | None,
-                     bytes_in: float | None, subs: list[tuple[str, float]],
-                     admin: TopicStats | None, admin_at: float, now: float,
-                     broker_age: float | None, backlog_bytes: float | None,
+                     subs: list[tuple[str, float]], admin: TopicStats | None,
+                     admin_at: float, now: float, broker_age: float | None,
+                     avg: float | None, per_entry: float,
                      measured: dict[tuple[str, str], tuple[float, int]],
                      sub_ages: Mapping[tuple[str, str], float]) -> TopicBacklogState:
         """Each subscription's oldest publish time, best source first: its own age where
@@ -154,7 +124,9 @@ class Decider:
         slowest cursor's oldest position as of the last backlog-quota check, so it goes to
         the subscription with the largest backlog; no estimate of another is older.
         A subscription measured by the broker in an earlier cycle and not now keeps that
-        publish time while its backlog has not shrunk (`measured`: this cycle's record)."""
+        publish time while its backlog has not shrunk (`measured`: this cycle's record).
+        `avg` and `per_entry`: the topic's bytes per message and messages per backlog
+        entry (engine/sizes.py)."""
         admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
         precise, precise_time = None, None  # the admin REST's topic-level oldest, when given
         if admin and admin.oldest_backlog_message_age_seconds is not None:
@@ -165,8 +137,6 @@ class Decider:
             backlogged = [(-b, n) for n, b in subs if b > 0]
             if backlogged:
                 slowest, slowest_time = min(backlogged)[1], now - broker_age
-        avg = _average_size(published, bytes_in, subs, backlog_bytes)
-        per_entry = _messages_per_entry(subs, backlog_bytes, avg)
         states = []
         for name, backlog in subs:
             messages = int(backlog)
@@ -216,18 +186,19 @@ class Decider:
         max_age: dict[str, float] = {}
         doubted: list[str] = []
         measured: dict[tuple[str, str], tuple[float, int]] = {}
-        topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, sizes, times = rows(
-            agg.topics, ("topic", "namespace", "msg_in_total", "bytes_in_total",
-                         "backlog_age_seconds", "backlog_size_bytes",
+        topics, namespaces, msg_in, ages, sizes, times = rows(
+            agg.topics, ("topic", "namespace", "msg_in_total", "backlog_age_seconds",
                          "backlog_quota_limit_bytes", "backlog_quota_limit_seconds"))
+        averages, per_entries = message_sizes(
+            agg.topics, slowest_backlogs(agg.topics, agg.subscriptions))
         # Our own topics (usage reports, the enforcer lease) are no backlog to check.
         # pulsar-lite names them without their domain, so they arrive as persistent://:
         # compare what follows the domain.
         ours = {t.partition("://")[2] for t in (self.config.resource_group_engine.topic,
                                                 quotas.lock_topic)}
         system = not quotas.system_topics
-        for topic, ns, published_f, bytes_f, age, size, limit_size, limit_time in zip(
-                topics, namespaces, msg_in, bytes_in, ages, backlog_bytes, sizes, times,
+        for topic, ns, published_f, age, avg, per_entry, limit_size, limit_time in zip(
+                topics, namespaces, msg_in, ages, averages, per_entries, sizes, times,
                 strict=True):
             if topic.partition("://")[2] in ours:
                 continue
@@ -236,14 +207,15 @@ class Decider:
                 self.ages.observe(topic, now, published)
             # The broker prints -1 until its backlog-quota check has measured the age.
             broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
-            state = self._topic_state(topic, ns, published, bytes_f, subs.get(topic, []),
-                                      stats.get(topic), admin_at, now, broker_age, size,
-                                      measured, sub_ages)
+            state = self._topic_state(topic, ns, published, subs.get(topic, []),
+                                      stats.get(topic), admin_at, now, broker_age, avg,
+                                      per_entry, measured, sub_ages)
             # the broker's SystemTopic is never over a quota
             resolver = unlimited if system and is_system_topic(topic) else limits
             decision = check_against(state, resolver(topic, ns), now)
             decisions.append(decision)
-            if decision.limits is not None and disagrees(decision.limits, limit_size, limit_time):
+            if decision.limits is not None and (limit_size is not None or limit_time is not None) \
+                    and disagrees(decision.limits, limit_size, limit_time):
                 doubted.append(topic)
             if decision.backlog_age_seconds is not None:
                 max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)

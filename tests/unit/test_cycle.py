@@ -287,6 +287,7 @@ def test_the_compaction_cursor_is_left_and_counted_the_others_cut():
     ("persistent://public/sized/t__transaction_pending_ack", True),
     ("persistent://pulsar/system/__transaction_log_0", True),
     ("persistent://pulsar/standalone/127.0.0.1:8080/healthcheck", True),
+    ("persistent://sla-monitor/standalone/127.0.0.1:8080/monitor", True),
     ("persistent://public/sized/change_events", False),
     ("persistent://public/sized/t", False),
 ])

@@ -1,0 +1,62 @@
+"""Bytes per message and messages per backlog entry, for every topic at once.
+
+The backlog check needs both for every topic, every cycle (engine/decide.py): they come
+from the topic's counters and its slowest subscription's backlog, so they are worked out
+over the pipeline's columns in one pass, not topic by topic in Python (at a million topics
+the per-topic `max` over the subscriptions alone was a tenth of a decide).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_LONG = 2.0**63  # the broker's counters are Java longs (engine/columns.counter)
+
+
+def _floats(column: pa.ChunkedArray | pa.Array, null: float) -> np.ndarray:
+    return np.asarray(pc.fill_null(column, null).to_numpy(zero_copy_only=False), np.float64)
+
+
+def slowest_backlogs(topics: pa.Table, subscriptions: pa.Table) -> np.ndarray:
+    """Per topic row, the largest backlog of its subscriptions (0 without any, or with
+    none above 0)."""
+    grouped = subscriptions.group_by("topic", use_threads=False).aggregate(
+        [("backlog_messages", "max")])
+    at = pc.index_in(topics["topic"], grouped["topic"])
+    return np.maximum(_floats(pc.take(grouped["backlog_messages_max"], at), 0.0), 0.0)
+
+
+def message_sizes(topics: pa.Table, slowest: np.ndarray) -> tuple[list[float | None],
+                                                                    list[float]]:
+    """Per topic row: bytes per message (None where unknown) and messages per backlog entry.
+
+    Bytes per message: the topic's counters', else its slowest subscription's backlog bytes
+    (`pulsar_storage_backlog_size`) over its backlog. A broker that loads a topic again
+    (after a restart, or with its bundle) starts its counters at 0: without the second, an
+    idle topic's backlog size, and its size quota, would be unknown until something is
+    published again, where Pulsar itself checks its backlog size.
+
+    Messages per entry, for the age table. Pulsar's backlog counts entries
+    (`ManagedCursor.getNumberOfEntriesInBacklog`: a batch is one entry) while
+    `msgInCounter` counts messages, so a batched topic's backlog read as messages looks
+    `batch size` times too young. Bytes agree on both sides (measured on 4.0.8: a backlog
+    of 100 entries of 10 messages, `backlogSize` = `bytesInCounter` = 112659), so the
+    slowest subscription's backlog bytes over the topic's average message size give its
+    backlog in messages. Exact for uniform message sizes; 1 where the broker prints no
+    backlog size (pulsar-lite counts messages), and never below 1."""
+    msg_in = _floats(topics["msg_in_total"], 0.0)
+    published = np.where(np.abs(msg_in) < _LONG, np.trunc(msg_in), 0.0)  # a count: a long
+    bytes_in = _floats(topics["bytes_in_total"], 0.0)
+    backlog_bytes = _floats(topics["backlog_size_bytes"], 0.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        from_backlog = np.where(np.isfinite(backlog_bytes) & (backlog_bytes > 0) & (slowest > 0),
+                                backlog_bytes / slowest, np.nan)
+        average = np.where((published != 0) & (bytes_in != 0), bytes_in / published,
+                           from_backlog)
+        per_entry = backlog_bytes / average / slowest
+    per_entry = np.where(np.isfinite(per_entry) & (per_entry > 1.0) & (slowest > 0)
+                         & (backlog_bytes != 0), per_entry, 1.0)
+    return ([None if a != a else a for a in average.tolist()],  # NaN: unknown
+            per_entry.tolist())
