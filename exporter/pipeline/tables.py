@@ -172,7 +172,8 @@ def _counts_only(samples: pa.Table) -> tuple[pa.Table, int]:
     ±Inf, beyond ±2^63) left out, and how many. The text format allows them anywhere, the
     broker never prints them for a count, and the engine reads counts as integers: one
     such backlog made every cycle's decisions fail, for every broker. Negative counts are
-    kept: Pulsar has printed negative backlogs, and the engine reads them as none."""
+    kept: Pulsar has printed negative backlogs (apache/pulsar#5543, `msgBacklog` -2), and
+    the engine reads them as none."""
     value = samples["value"]
     bad = pc.and_(pc.is_in(samples["family"], _COUNT_CODES),
                   pc.invert(pc.less(pc.abs(value), _LONG_MAX)))  # NaN compares false
