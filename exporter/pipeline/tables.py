@@ -60,13 +60,13 @@ FROM_SUBSCRIPTIONS = {
 }
 _TOPIC_COLUMNS = list(dict.fromkeys(TOPIC_FAMILIES.values()))
 # Columns the broker counts in Java longs: messages, bytes, producers, consumers, topics.
-COUNT_COLUMNS = frozenset({
+_COUNT_COLUMNS = frozenset({
     "backlog_messages", "unacked_messages", "msg_in_total", "bytes_in_total", "msg_out_total",
     "bytes_out_total", "storage_size_bytes", "backlog_size_bytes", "msg_backlog", "producers",
     "consumers", "subscriptions", "topics"})
 _COUNT_CODES = pa.array(sorted({FAMILIES.index(f) for families in (
     SUBSCRIPTION_FAMILIES, TOPIC_FAMILIES, NAMESPACE_FAMILIES)
-    for f, c in families.items() if c in COUNT_COLUMNS}), pa.int32())
+    for f, c in families.items() if c in _COUNT_COLUMNS}), pa.int32())
 _LONG_MAX = 2.0**63
 _OTEL_CODES = pa.array([FAMILIES.index(f) for f in OTEL_TOPIC_FAMILIES], pa.int32())
 _STARTED_CODE = pa.scalar(FAMILIES.index("process_start_time_seconds"), pa.int32())
@@ -168,7 +168,7 @@ def _decoded(samples: pa.Table) -> pa.Table:
 
 
 def _counts_only(samples: pa.Table) -> tuple[pa.Table, int]:
-    """Samples of count families (`COUNT_COLUMNS`) whose value no Java long holds (NaN,
+    """Samples of count families (`_COUNT_COLUMNS`) whose value no Java long holds (NaN,
     ±Inf, beyond ±2^63) left out, and how many. The text format allows them anywhere, the
     broker never prints them for a count, and the engine reads counts as integers: one
     such backlog made every cycle's decisions fail, for every broker. Negative counts are
