@@ -7,7 +7,8 @@ and runners of tests/fuzz/inputs.py, which the hypothesis tests in tests/fuzz us
 
 - metrics: runs of 1–80 lines (mostly short; now and then the whole body) of the four
   recorded broker bodies in tests/fixtures, byte- and line-mutated with exposition tokens, then
-  sniffed, cut into pieces and parsed as a broker task does. "rejected" counts whole
+  sniffed, cut into pieces and parsed as a broker task does, then merged, decided (two
+  cycles) and published (the /metrics body, the status JSON). "rejected" counts whole
   bodies (reason `malformed`, ScrapeError); skipped lines are listed below the table by
   MalformedReason.
 - admin: the recorded topic stats and partitioned stats and the other admin answers as
