@@ -7,6 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from exporter.pipeline.model import LONG_BOUND
+
 _REPEATED = frozenset({"namespace", "subscription"})  # few distinct values, many rows
 
 
@@ -32,9 +34,6 @@ def shared(column: pa.ChunkedArray) -> list[str | None]:
     return values
 
 
-_COUNTER_MAX = 2.0**63  # the broker's counters are Java longs
-
-
 def counter(v: float | None) -> int | None:
     """A message counter as an int; None where no long holds it (malformed, not a count)."""
-    return None if v is None or not -_COUNTER_MAX < v < _COUNTER_MAX else int(v)
+    return None if v is None or not -LONG_BOUND < v < LONG_BOUND else int(v)

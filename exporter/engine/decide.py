@@ -214,8 +214,7 @@ class Decider:
             resolver = unlimited if system and is_system_topic(topic) else limits
             decision = check_against(state, resolver(topic, ns), now)
             decisions.append(decision)
-            if decision.limits is not None and (limit_size is not None or limit_time is not None) \
-                    and disagrees(decision.limits, limit_size, limit_time):
+            if decision.limits is not None and disagrees(decision.limits, limit_size, limit_time):
                 doubted.append(topic)
             if decision.backlog_age_seconds is not None:
                 max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)

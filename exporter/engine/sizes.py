@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_LONG = 2.0**63  # the broker's counters are Java longs (engine/columns.counter)
+from exporter.pipeline.model import LONG_BOUND
 
 
 def _floats(column: pa.ChunkedArray | pa.Array, null: float) -> np.ndarray:
@@ -47,7 +47,7 @@ def message_sizes(topics: pa.Table, slowest: np.ndarray) -> tuple[list[float | N
     backlog in messages. Exact for uniform message sizes; 1 where the broker prints no
     backlog size (pulsar-lite counts messages), and never below 1."""
     msg_in = _floats(topics["msg_in_total"], 0.0)
-    published = np.where(np.abs(msg_in) < _LONG, np.trunc(msg_in), 0.0)  # a count: a long
+    published = np.where(np.abs(msg_in) < LONG_BOUND, np.trunc(msg_in), 0.0)  # a count: a long
     bytes_in = _floats(topics["bytes_in_total"], 0.0)
     backlog_bytes = _floats(topics["backlog_size_bytes"], 0.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

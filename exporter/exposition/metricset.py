@@ -111,8 +111,11 @@ class MetricSetBuilder:
         """One counter or gauge sample; a series may be added once per cycle."""
         fits = not self._built and type(labels) is tuple \
             and len(labels) == self._arity.get(name, -1)
-        for v in labels if fits else ():
-            fits = fits and type(v) is str
+        if fits:
+            for v in labels:
+                if type(v) is not str:
+                    fits = False
+                    break
         if not fits:
             self._check(name, labels, histogram=False)  # raises, saying what does not fit
         table = self._samples.get(name)

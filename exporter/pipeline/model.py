@@ -26,6 +26,10 @@ from enum import StrEnum
 
 import pyarrow as pa
 
+# A count the broker keeps in a Java long is below this in magnitude (tables.py skips the
+# others; the engine reads counts as integers).
+LONG_BOUND = 2.0**63
+
 
 class MalformedReason(StrEnum):
     """Why a line of a broker body was skipped; the `reason` label of the error counter."""

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from exporter.config.model import KEEP_ALL, TopicFilter
 from exporter.pipeline import slices
 from exporter.pipeline.model import (
+    LONG_BOUND,
     SOURCE_NAMESPACES,
     SOURCE_SUBSCRIPTIONS,
     SOURCE_TOPICS,
@@ -67,7 +68,6 @@ _COUNT_COLUMNS = frozenset({
 _COUNT_CODES = pa.array(sorted({FAMILIES.index(f) for families in (
     SUBSCRIPTION_FAMILIES, TOPIC_FAMILIES, NAMESPACE_FAMILIES)
     for f, c in families.items() if c in _COUNT_COLUMNS}), pa.int32())
-_LONG_MAX = 2.0**63
 _OTEL_CODES = pa.array([FAMILIES.index(f) for f in OTEL_TOPIC_FAMILIES], pa.int32())
 _STARTED_CODE = pa.scalar(FAMILIES.index("process_start_time_seconds"), pa.int32())
 _F = pa.float64()
@@ -176,7 +176,7 @@ def _counts_only(samples: pa.Table) -> tuple[pa.Table, int]:
     the engine reads them as none."""
     value = samples["value"]
     bad = pc.and_(pc.is_in(samples["family"], _COUNT_CODES),
-                  pc.invert(pc.less(pc.abs(value), _LONG_MAX)))  # NaN compares false
+                  pc.invert(pc.less(pc.abs(value), LONG_BOUND)))  # NaN compares false
     bad = pc.fill_null(bad, False)
     count = pc.sum(bad).as_py() or 0
     return (samples.filter(pc.invert(bad)) if count else samples), count
