@@ -10,9 +10,10 @@ at the lowest CPU priority) starts a session of its own with
 uses it. Making it at the first start instead would slow that start (16 s measured).
 
 Where: `$XDG_CACHE_HOME/pulsar-quota-exporter/` (else `~/.cache/...`), one file per JDK
-and PySpark (the name says which). A container image makes it at build time (Dockerfile)
-and points `XDG_CACHE_HOME` there. A JVM that finds the archive mismatched (another JDK
-build, a changed class path) just starts without it. A truncated archive is worse: the JDK
+and Spark install, named for the files the JVM checks it against (`archive_path`). A
+container image makes it at build time (Dockerfile) and points `XDG_CACHE_HOME` there. A
+JVM that finds an archive mismatched just starts without it, slowly and silently, so the
+name changes with any of those files. A truncated archive is worse: the JDK
 17 JVM maps it and dies of SIGBUS (measured). So an archive is used only once a JVM has
 started from it (`-Xshare:on`, in a process of its own) and only at the size it had then
 (a `.size` stamp beside it); and a session that will not start with it starts without it,
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pyspark
+from pyspark.find_spark_home import _find_spark_home
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,12 +53,31 @@ def _java() -> str:
                                   if os.path.isfile(os.path.join(d, "java"))), "java"))
 
 
+def _checked_files() -> list[Path]:
+    """The files a JVM checks an archive against before it maps it: the JDK's launcher and
+    modules image, and each jar of Spark's class path (`$SPARK_HOME/jars`, as
+    `bin/spark-class` lists them). A jar not the one the archive was made with (another
+    size or modification time) makes the JVM ignore the archive, silently under
+    `-Xlog:cds=off`: reinstalling the same PySpark into the same venv did that, and every
+    start took twice as long (12.5-17.7 s to the first cycle instead of 6-8.8)."""
+    java = Path(_java())
+    jars = Path(_find_spark_home()) / "jars"
+    return [java, java.parent.parent / "lib" / "modules", *sorted(jars.glob("*.jar"))]
+
+
 def archive_path() -> Path:
-    """This JDK's and PySpark's archive (it may not exist yet)."""
+    """This JDK's and Spark's archive (it may not exist yet): named for the files the JVM
+    checks it against, each by path, size and modification time, so a changed one means a
+    new archive (made after the first cycle), never a stale one ignored at every start."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    java = _java()
-    stamp = f"{java}:{os.path.getmtime(java) if os.path.exists(java) else 0}"
-    key = hashlib.sha256(f"{stamp}:{pyspark.__file__}".encode()).hexdigest()[:12]
+    stamps = []
+    for f in _checked_files():
+        try:
+            st = f.stat()
+            stamps.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            stamps.append(f"{f}:-")
+    key = hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:12]
     return Path(base) / "pulsar-quota-exporter" / f"spark-{pyspark.__version__}-{key}.jsa"
 
 

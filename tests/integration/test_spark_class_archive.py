@@ -2,18 +2,26 @@
 the maker writes it under the cache directory, and a later session's JVM maps it. The JVM
 is told `-Xshare:on`, with which an archive it cannot use (another JDK, another class
 path, a truncated file) stops the JVM instead of being ignored, so the job only runs if
-the archive was good. And an archive gone bad after it was made (truncated: JDK 17 dies of
-SIGBUS mapping it) costs a warning, not the start: the session starts without it."""
+the archive was good. A jar reinstalled since (same name, new modification time) is what
+the JVM refuses an archive for, silently without `-Xshare:on`: the archive's name changes
+with it, so no start is handed a stale one. And an archive gone bad after it was made
+(truncated: JDK 17 dies of SIGBUS mapping it) costs a warning, not the start: the session
+starts without it.
+
+The Spark install here is PySpark's, linked file by file into `SPARK_HOME`, so that one jar
+can be reinstalled without touching the venv's."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from pyspark.find_spark_home import _find_spark_home
 
 # Each subprocess here starts a Spark JVM.
 pytestmark = pytest.mark.spark
@@ -42,11 +50,34 @@ STARTED_ANYWAY = textwrap.dedent("""
 """)
 
 
+def _linked_spark_home(at: Path) -> Path:
+    """PySpark's Spark install, each jar a link to its own."""
+    real = Path(_find_spark_home())
+    at.mkdir()
+    for entry in real.iterdir():
+        if entry.name != "jars":
+            (at / entry.name).symlink_to(entry)
+    (at / "jars").mkdir()
+    for jar in (real / "jars").iterdir():
+        (at / "jars" / jar.name).symlink_to(jar)
+    return at
+
+
+def _archive_path(env: dict[str, str]) -> str:
+    return subprocess.run([sys.executable, "-c", "from exporter.pipeline import jvmarchive;"
+                           "print(jvmarchive.archive_path())"], env=env, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def _verify(path: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter.pipeline.jvmarchive", "--verify",
+                           path], env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_the_archive_is_made_once_then_mapped_by_the_next_jvm(tmp_path: Path) -> None:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    where = subprocess.run([sys.executable, "-c", "from exporter.pipeline import jvmarchive;"
-                            "print(jvmarchive.archive_path())"], env=env, capture_output=True,
-                           text=True, check=True).stdout.strip()
+    home = _linked_spark_home(tmp_path / "spark")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "SPARK_HOME": str(home)}
+    where = _archive_path(env)
     archive = Path(where)
     assert archive.parent == tmp_path / "pulsar-quota-exporter"
     archive.parent.mkdir(parents=True)
@@ -61,6 +92,21 @@ def test_the_archive_is_made_once_then_mapped_by_the_next_jvm(tmp_path: Path) ->
                           capture_output=True, text=True, timeout=300)
     assert used.returncode == 0, used.stderr[-2000:]
     assert used.stdout.strip().splitlines()[-1] == "5"
+
+    jar = next(home.glob("jars/slf4j-api-*.jar"))  # first on the class path
+    linked = jar.readlink()
+    jar.unlink()
+    shutil.copy(linked, jar)  # reinstalled: the same bytes, a new modification time
+    assert _archive_path(env) != where  # so a start from now on goes without it
+    refused = _verify(where, env)  # the JVM, told to map it all the same
+    assert refused.returncode != 0, refused.stdout[-2000:]
+    assert f"A jar file is not the one used while building the shared archive file: {jar}" \
+        in refused.stdout + refused.stderr
+    jar.unlink()
+    jar.symlink_to(linked)
+    assert _archive_path(env) == where
+    assert _verify(where, env).returncode == 0
+
     with archive.open("r+b") as f:  # gone bad since, its stamp made to agree
         f.truncate(1 << 20)
     stamp.write_text(str(1 << 20))

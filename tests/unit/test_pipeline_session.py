@@ -151,6 +151,31 @@ def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path
     assert mine["spark.driver.extraJavaOptions"] == "-X"  # the operator's, whole
 
 
+def test_the_archive_is_named_for_the_jars_the_jvm_checks_it_against(tmp_path, monkeypatch):
+    """A JVM ignores an archive made from other jars (another size or modification time),
+    silently: reinstalling the same PySpark into the same venv must name another archive.
+    (tests/integration/test_spark_class_archive.py shows the JVM refusing one.)"""
+    jars = tmp_path / "spark" / "jars"
+    jars.mkdir(parents=True)
+    monkeypatch.setenv("SPARK_HOME", str(jars.parent))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    core, api = jars / "spark-core.jar", jars / "slf4j-api.jar"
+    core.write_bytes(b"core")
+    api.write_bytes(b"api")
+    first = jvmarchive.archive_path()
+    assert first.parent == tmp_path / "pulsar-quota-exporter"
+    assert jvmarchive.archive_path() == first
+    was = api.stat().st_mtime_ns
+    os.utime(api, ns=(was + 10**9, was + 10**9))  # the same bytes, installed again
+    assert jvmarchive.archive_path() != first
+    os.utime(api, ns=(was, was))
+    assert jvmarchive.archive_path() == first
+    (jars / "README").write_text("not on the class path")
+    assert jvmarchive.archive_path() == first
+    (jars / "spark-extra.jar").write_bytes(b"extra")
+    assert jvmarchive.archive_path() != first
+
+
 def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     current = jvmarchive.archive_path()
