@@ -62,7 +62,7 @@ from exporter.exposition.metricset import render
 from exporter.exposition.status import view
 from exporter.pipeline.merge import merge
 from exporter.pipeline.model import MalformedReason
-from exporter.pipeline.parse import parse_text
+from exporter.pipeline.parse import FAMILIES, parse_text
 from exporter.pipeline.tables import source_tables
 from exporter.runtime.exchange import UsageExchange
 from exporter.sources.adminjson import (
@@ -163,7 +163,13 @@ def tolerating_known(run: Callable[[], T]) -> T | None:
 # (op, a, b, token): op picks the mutation, a and b are positions or sizes (taken modulo
 # the input), token indexes the kind's dictionary or is a byte value.
 ByteOp = tuple[int, int, int, int]
-BYTE_OPS = 9
+BYTE_OPS = 10
+# Op 9 puts one of these in place of a sample line's value: numbers the text format allows
+# that no broker prints for a count (a NaN backlog froze every broker's decisions until
+# 2026-11, and byte-level mutations almost never made one).
+VALUE_WORDS = (b"NaN", b"+Inf", b"-Inf", b"-Infinity", b"1e30", b"-5", b"-0", b"0.5",
+               b"9223372036854775807", b"9223372036854775808", b"9.3e18", b"1e-300")
+_SAMPLE_VALUE = re.compile(rb"^([ \t]*[^\s{#]+(?:[ \t]*\{.*\})?[ \t]+)(\S+)")
 
 
 def apply_bytes(data: bytes, ops: Sequence[ByteOp], dictionary: Sequence[bytes]) -> bytes:
@@ -187,13 +193,16 @@ def apply_bytes(data: bytes, ops: Sequence[ByteOp], dictionary: Sequence[bytes])
             del out[at:]
         elif op == 6:  # one random byte in
             out[at:at] = bytes((token % 256,))
-        elif op in (7, 8):  # line ops: drop a line, or repeat it
+        elif op in (7, 8, 9):  # line ops: drop a line, repeat it, or replace its value
             lines = bytes(out).split(b"\n")
             i = a % len(lines)
             if op == 7:
                 del lines[i]
-            else:
+            elif op == 8:
                 lines.insert(i, lines[i])
+            else:
+                value = VALUE_WORDS[token % len(VALUE_WORDS)]
+                lines[i] = _SAMPLE_VALUE.sub(rb"\g<1>" + value, lines[i], count=1)
             out = bytearray(b"\n".join(lines))
     return bytes(out)
 
@@ -300,6 +309,22 @@ def metrics_seed(fixture: int, start: int, size: int) -> bytes:
         return b"".join(lines)
     start %= len(lines)
     return b"".join(lines[start:start + size])
+
+
+def with_values(lines: Sequence[bytes], shift: int) -> bytes:
+    """`lines` with the value of each sample of a family the exporter reads replaced: the
+    i-th such sample gets `VALUE_WORDS[(i + shift) % len(VALUE_WORDS)]`, so over every
+    `shift` each sample takes every value (a sweep, where a random mutation would rarely
+    land one on a family read)."""
+    out, i = [], 0
+    for line in lines:
+        name = line.lstrip(b" \t").split(b"{", 1)[0].split(b" ", 1)[0]
+        if name.decode(errors="replace") in FAMILIES:
+            value = VALUE_WORDS[(i + shift) % len(VALUE_WORDS)]
+            line, replaced = _SAMPLE_VALUE.subn(rb"\g<1>" + value, line, count=1)
+            i += replaced
+        out.append(line)
+    return b"".join(out)
 
 
 def _pieces(body: bytes, size: int) -> Iterator[bytes]:
