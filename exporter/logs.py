@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
 FORMATS = ("logfmt", "json")
@@ -64,3 +65,13 @@ def setup(level: str = "info", fmt: str = "logfmt", stream: TextIO | None = None
     root.setLevel("WARNING" if level in ("warn", "warning") else level.upper())
     # py4j (PySpark's bridge to the JVM) logs each connection it opens and closes at info
     logging.getLogger("py4j").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    handler.addFilter(_py4j_on_root)
+
+
+def _py4j_on_root(record: logging.LogRecord) -> bool:
+    """py4j logs some records on the root logger (`logging.info("Exception while sending
+    command.", exc_info=True)` in java_gateway.py, on every retry to a JVM that has gone):
+    they are held to the py4j logger's level, as its others are."""
+    if record.name == "root" and "py4j" in Path(record.pathname).parts:
+        return record.levelno >= logging.getLogger("py4j").getEffectiveLevel()
+    return True

@@ -132,10 +132,26 @@ def get_session(cfg: Spark) -> SparkSession:
                 _session = _started(builder, conf)
             level = _session.conf.get("spark.log.level", "ERROR")  # str | None to its stubs
             _session.sparkContext.setLogLevel(level or "ERROR")
+            _quiet_accumulator_server(_session)
             if local_cores(cfg.master) is None:
                 _session.sparkContext.addPyFile(package_zip())
             atexit.register(stop)
         return _session
+
+
+def _quiet_accumulator_server(spark: SparkSession) -> None:
+    """PySpark's accumulator server, a `socketserver`, prints a bare multi-line traceback
+    to stderr when the JVM's connection to it ends mid-read: when the JVM dies first, as it
+    does when a service manager sends SIGTERM to the whole group (systemd's default,
+    `KillMode=control-group`). No cycle uses accumulators, so its errors go to the log at
+    debug, one record, like the rest (logs.py)."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)  # pyspark/core/context.py
+    if server is not None:
+        def handle_error(_request: object, client: object) -> None:
+            log.debug("the accumulator server's connection from %s failed", client,
+                      exc_info=True)
+
+        server.handle_error = handle_error
 
 
 def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSession:

@@ -82,6 +82,27 @@ def test_warn_and_warning_are_one_level_and_py4j_is_quiet_unless_debugging(captu
         logs.setup("info", "xml", captured)
 
 
+def test_what_py4j_logs_on_the_root_logger_is_held_to_py4j_s_level(captured):
+    """py4j's java_gateway.py logs its retry to a JVM that has gone with the root logger's
+    `logging.info`, a traceback attached: at every stop where the JVM died first."""
+    import py4j.java_gateway
+
+    def record(level: int, pathname: str) -> logging.LogRecord:
+        return logging.LogRecord("root", level, pathname, 1056,
+                                 "Exception while sending command.", (), None)
+
+    logs.setup("info", "logfmt", captured)
+    root = logging.getLogger()
+    root.handle(record(logging.INFO, py4j.java_gateway.__file__))
+    assert captured.getvalue() == ""
+    root.handle(record(logging.INFO, __file__))  # anyone else's root record: kept
+    root.handle(record(logging.ERROR, py4j.java_gateway.__file__))  # py4j's errors: kept
+    assert captured.getvalue().count("msg=\"Exception while sending command.\"") == 2
+    logs.setup("debug", "logfmt", captured)
+    root.handle(record(logging.INFO, py4j.java_gateway.__file__))
+    assert captured.getvalue().count("level=info logger=root") == 2
+
+
 def test_the_run_command_takes_the_prometheus_flags():
     args = _parser().parse_args(["run", "--config.file", "x.yaml", "--log.format", "json",
                                  "--log.level", "warn"])
