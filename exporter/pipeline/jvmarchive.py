@@ -98,6 +98,17 @@ def usable(path: Path) -> bool:
         return False
 
 
+def mapped(path: Path, pid: int) -> bool | None:
+    """Whether process `pid` maps `path` (/proc/<pid>/maps); None where that cannot be read.
+    A JVM that refuses an archive (made from other files) unmaps it and starts without it,
+    saying nothing under `-Xlog:cds=off`: only its maps tell."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return any(line.rstrip("\n").endswith(f" {path}") for line in maps)
+    except OSError:
+        return None
+
+
 def used(path: Path) -> None:
     """A JVM started from `path`: its stamp's time says so (`prune` keeps it)."""
     with contextlib.suppress(OSError):  # a read-only cache: nothing to prune there either

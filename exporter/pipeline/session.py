@@ -169,7 +169,14 @@ def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSessio
         jvmarchive.set_aside(archive)
         return builder.config("spark.driver.extraJavaOptions", JVM_OPTIONS).getOrCreate()
     if from_archive:
-        jvmarchive.used(archive)
+        # pyspark's launch_gateway keeps its Popen; spark-submit execs the JVM in it
+        process = getattr(started.sparkContext._gateway, "proc", None)
+        if process is not None and jvmarchive.mapped(archive, process.pid) is False:
+            log.warning("the Spark JVM did not map the class-data archive %s (made from other "
+                        "files, or for another class path): it started about twice as slowly. "
+                        "Deleted, it is made again after the first cycle", archive)
+        else:
+            jvmarchive.used(archive)
     return started
 
 

@@ -4,9 +4,9 @@ is told `-Xshare:on`, with which an archive it cannot use (another JDK, another 
 path, a truncated file) stops the JVM instead of being ignored, so the job only runs if
 the archive was good. A jar reinstalled since (same name, new modification time) is what
 the JVM refuses an archive for, silently without `-Xshare:on`: the archive's name changes
-with it, so no start is handed a stale one. And an archive gone bad after it was made
-(truncated: JDK 17 dies of SIGBUS mapping it) costs a warning, not the start: the session
-starts without it.
+with it, so no start is handed a stale one, and a start handed one all the same says so.
+And an archive gone bad after it was made (truncated: JDK 17 dies of SIGBUS mapping it)
+costs a warning, not the start: the session starts without it.
 
 The Spark install here is PySpark's, linked file by file into `SPARK_HOME`, so that one jar
 can be reinstalled without touching the venv's."""
@@ -92,6 +92,7 @@ def test_the_archive_is_made_once_then_mapped_by_the_next_jvm(tmp_path: Path) ->
                           capture_output=True, text=True, timeout=300)
     assert used.returncode == 0, used.stderr[-2000:]
     assert used.stdout.strip().splitlines()[-1] == "5"
+    assert "did not map" not in used.stderr  # its maps show it
 
     jar = next(home.glob("jars/slf4j-api-*.jar"))  # first on the class path
     linked = jar.readlink()
@@ -102,6 +103,17 @@ def test_the_archive_is_made_once_then_mapped_by_the_next_jvm(tmp_path: Path) ->
     assert refused.returncode != 0, refused.stdout[-2000:]
     assert f"A jar file is not the one used while building the shared archive file: {jar}" \
         in refused.stdout + refused.stderr
+    # Were it named right all the same (a cause the name misses), the JVM would start
+    # without it, silently: the session says so.
+    misnamed = Path(_archive_path(env))
+    shutil.copy(archive, misnamed)
+    misnamed.with_name(misnamed.name + ".size").write_text(str(archive.stat().st_size))
+    started = subprocess.run([sys.executable, "-c", STARTED_ANYWAY], env=env,
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert started.stdout.strip().splitlines()[-1] == "5", started.stderr[-2000:]
+    assert f"did not map the class-data archive {misnamed}" in started.stderr
+    misnamed.unlink()
+    misnamed.with_name(misnamed.name + ".size").unlink()
     jar.unlink()
     jar.symlink_to(linked)
     assert _archive_path(env) == where
