@@ -174,7 +174,7 @@ def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSessio
         if process is not None and jvmarchive.mapped(archive, process.pid) is False:
             log.warning("the Spark JVM did not map the class-data archive %s (made from other "
                         "files, or for another class path): it started about twice as slowly. "
-                        "Deleted, it is made again after the first cycle", archive)
+                        "Delete it to have it made again after the first cycle", archive)
         else:
             jvmarchive.used(archive)
     return started
