@@ -17,8 +17,9 @@ name changes with any of those files. A truncated archive is worse: the JDK
 17 JVM maps it and dies of SIGBUS (measured). So an archive is used only once a JVM has
 started from it (`-Xshare:on`, in a process of its own) and only at the size it had then
 (a `.size` stamp beside it); and a session that will not start with it starts without it,
-the archive set aside (session.py). A start from an archive touches its stamp; archives of
-other JDKs and PySparks unused for 30 days are deleted when a new one is made.
+the archive set aside (session.py). A start from an archive touches its stamp; when a new
+one is made, the archives made before for the same Spark install (the stamp names it) are
+deleted, and those of other JDKs and PySparks unused for 30 days.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def _java() -> str:
                                   if os.path.isfile(os.path.join(d, "java"))), "java"))
 
 
+def _spark_home() -> str:
+    """The Spark install a session here starts from (pyspark's own search: `$SPARK_HOME`,
+    else PySpark's package)."""
+    return os.path.realpath(_find_spark_home())
+
+
 def _checked_files() -> list[Path]:
     """The files a JVM checks an archive against before it maps it: the JDK's launcher and
     modules image, and each jar of Spark's class path (`$SPARK_HOME/jars`, as
@@ -61,7 +68,7 @@ def _checked_files() -> list[Path]:
     `-Xlog:cds=off`: reinstalling the same PySpark into the same venv did that, and every
     start took twice as long (12.5-17.7 s to the first cycle instead of 6-8.8)."""
     java = Path(_java())
-    jars = Path(_find_spark_home()) / "jars"
+    jars = Path(_spark_home()) / "jars"
     return [java, java.parent.parent / "lib" / "modules", *sorted(jars.glob("*.jar"))]
 
 
@@ -90,10 +97,17 @@ def _stamp(path: Path) -> Path:
     return path.with_name(path.name + ".size")
 
 
+def _stamped(path: Path) -> tuple[int, str]:
+    """(size, Spark install) in `path`'s stamp: its size when a JVM started from it, and
+    the `$SPARK_HOME` it was made for (none in stamps made before 2026-11-28)."""
+    size, _, home = _stamp(path).read_text().partition("\n")
+    return int(size), home.strip()
+
+
 def usable(path: Path) -> bool:
     """A verified archive, whole: at the size a JVM started from it."""
     try:
-        return path.stat().st_size == int(_stamp(path).read_text())
+        return path.stat().st_size == _stamped(path)[0]
     except (OSError, ValueError):
         return False
 
@@ -116,19 +130,23 @@ def used(path: Path) -> None:
 
 
 def prune(keep: Path, now: float) -> list[Path]:
-    """Delete the other archives beside `keep` that no start used for `UNUSED_SECONDS`
-    (an unverified one, without a stamp, once older than that too); what was deleted.
-    Two installs sharing the cache each keep theirs while they start now and then."""
+    """Delete the other archives beside `keep` made for the same Spark install (its files
+    have changed since: no JVM will map them again), and those no start used for
+    `UNUSED_SECONDS` (an unverified one, without a stamp, once older than that too); what
+    was deleted. Two installs sharing the cache each keep theirs while they start now and
+    then; one reinstalled every day keeps one, not thirty (~150 MB each)."""
+    home = _spark_home()
     gone = []
     for other in keep.parent.glob("spark-*.jsa"):
         if other == keep:
             continue
         try:
             last = (_stamp(other) if _stamp(other).exists() else other).stat().st_mtime
-            if now - last > UNUSED_SECONDS:
+            replaced = _stamp(other).exists() and _stamped(other)[1] == home
+            if replaced or now - last > UNUSED_SECONDS:
                 set_aside(other)
                 gone.append(other)
-        except OSError:
+        except (OSError, ValueError):
             continue
     return gone
 
@@ -204,7 +222,7 @@ def make(path: Path) -> None:
                             str(partial)], stdin=subprocess.DEVNULL, capture_output=True,
                            timeout=MAKING_SECONDS)
     if check.returncode == 0 and partial.stat().st_size == size:
-        _stamp(path).write_text(str(size))
+        _stamp(path).write_text(f"{size}\n{_spark_home()}\n")
         partial.replace(path)
         prune(path, time.time())
 

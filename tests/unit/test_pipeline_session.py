@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyspark.find_spark_home import _find_spark_home
 from pyspark.sql.functions import udf
 
 from exporter.config.model import Spark
@@ -183,13 +184,16 @@ def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path,
     now = time.time()
     day = 86400
 
-    def archive(name: str, stamped_days_ago: float | None, made_days_ago: float) -> Path:
+    here = os.path.realpath(_find_spark_home())
+
+    def archive(name: str, stamped_days_ago: float | None, made_days_ago: float,
+                home: str | None = None) -> Path:
         path = current.with_name(name)
         path.write_bytes(b"jsa")
         os.utime(path, (now - made_days_ago * day,) * 2)
         if stamped_days_ago is not None:
             stamp = path.with_name(path.name + ".size")
-            stamp.write_text("3")
+            stamp.write_text("3" if home is None else f"3\n{home}\n")
             os.utime(stamp, (now - stamped_days_ago * day,) * 2)
         return path
 
@@ -198,11 +202,16 @@ def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path,
     shared = archive("spark-4.3.0-bbbbbbbbbbbb.jsa", 2, 200)  # another venv still starting
     unverified = archive("spark-4.3.0-cccccccccccc.jsa", None, 40)
     fresh_unverified = archive("spark-4.3.0-dddddddddddd.jsa", None, 1)
+    # this very install, used yesterday, before PySpark was installed again into it
+    replaced = archive("spark-4.3.0-eeeeeeeeeeee.jsa", 1, 3, home=here)
+    elsewhere = archive("spark-4.3.0-ffffffffffff.jsa", 1, 3, home="/opt/other/pyspark")
     (current.parent / "notes.txt").write_text("not an archive")
-    assert sorted(jvmarchive.prune(current, now)) == sorted([old, unverified])
+    assert sorted(jvmarchive.prune(current, now)) == sorted([old, unverified, replaced])
     left = sorted(p.name for p in current.parent.iterdir())
     assert left == sorted([current.name, shared.name, shared.name + ".size",
+                           elsewhere.name, elsewhere.name + ".size",
                            fresh_unverified.name, "notes.txt"])
+    assert jvmarchive.usable(elsewhere)  # the size is the stamp's first line
 
     stamp = current.with_name(current.name + ".size")
     stamp.write_text("3")
