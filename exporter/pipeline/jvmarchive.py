@@ -13,7 +13,8 @@ Where: `$XDG_CACHE_HOME/pulsar-quota-exporter/` (else `~/.cache/...`), one file 
 and Spark install, named for the files the JVM checks it against (`archive_path`). A
 container image makes it at build time (Dockerfile) and points `XDG_CACHE_HOME` there. A
 JVM that finds an archive mismatched just starts without it, slowly and silently, so the
-name changes with any of those files. A truncated archive is worse: the JDK
+name changes with any of those files (and a session started all the same from one it did
+not map says so: session.py). A truncated archive is worse: the JDK
 17 JVM maps it and dies of SIGBUS (measured). So an archive is used only once a JVM has
 started from it (`-Xshare:on`, in a process of its own) and only at the size it had then
 (a `.size` stamp beside it); and a session that will not start with it starts without it,
@@ -66,7 +67,7 @@ def _checked_files() -> list[Path]:
     `bin/spark-class` lists them). A jar not the one the archive was made with (another
     size or modification time) makes the JVM ignore the archive, silently under
     `-Xlog:cds=off`: reinstalling the same PySpark into the same venv did that, and every
-    start took twice as long (12.5-17.7 s to the first cycle instead of 6-8.8)."""
+    start took twice as long (12.5-17.7 s to the first cycle instead of 6.3-8.1)."""
     java = Path(_java())
     jars = Path(_spark_home()) / "jars"
     return [java, java.parent.parent / "lib" / "modules", *sorted(jars.glob("*.jar"))]

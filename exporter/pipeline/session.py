@@ -156,7 +156,8 @@ def _quiet_accumulator_server(spark: SparkSession) -> None:
 
 def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSession:
     """`builder`'s session; should its JVM not start from our class-data archive, the
-    archive is set aside and the JVM started without it (jvmarchive.py)."""
+    archive is set aside and the JVM started without it; should it start without mapping
+    the archive, a warning says so (jvmarchive.py)."""
     archive = jvmarchive.archive_path()
     from_archive = jvmarchive.use_flags(archive) in conf.get("spark.driver.extraJavaOptions", "")
     try:
