@@ -32,6 +32,15 @@ def _ports(config: Config) -> tuple[int, int]:
     return service, metrics
 
 
+def _busy(service_port: int, metrics_port: int, listen: str) -> list[str]:
+    """The demo's fixed addresses something already listens on (a demo left running: its
+    broker would answer the readiness probe meant for ours, its exporter hold the port)."""
+    from exporter.server.http import listened, parse_listen
+
+    wanted = [("127.0.0.1", service_port), ("127.0.0.1", metrics_port), parse_listen(listen)]
+    return [f"{h}:{p}" for h, p in wanted if listened(h, p)]
+
+
 def _workload(service_url: str, stop: threading.Event) -> None:
     import pulsar
 
@@ -86,18 +95,24 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = load(config_path)
+    service_port, metrics_port = _ports(config)
+    busy = _busy(service_port, metrics_port, config.exposition.listen)
+    if busy:
+        print(f"demo: {', '.join(busy)} in use: is another demo running? Stop it (Ctrl-C in "
+              "its terminal), then start this one again.", file=sys.stderr)
+        return 1
     start_in_background(config.spark)  # beside the broker's start and the imports below
     from exporter.runtime.cycle import Exporter
 
-    service_port, metrics_port = _ports(config)
     stop = threading.Event()
     with EmbeddedBroker.start_new(service_port, metrics_port) as broker:
         print(f"broker   {broker.service_url}  (metrics {broker.metrics_url})")
-        worker = threading.Thread(target=_workload, args=(broker.service_url, stop), daemon=True)
-        worker.start()
         exporter = Exporter(config)
         server = build_server(config.exposition.listen, exporter.state,
                               load_web_config(config.exposition)).start()
+        # the workload's client last: one still connected at an early exit aborts Python
+        worker = threading.Thread(target=_workload, args=(broker.service_url, stop), daemon=True)
+        worker.start()
         print(f"exporter {server.url}/metrics   status {server.url}/api/v1/status")
         print("starting Spark (about 10 s; the first time on a machine, 20 s) ... Ctrl-C to "
               "stop\n", flush=True)

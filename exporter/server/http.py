@@ -277,6 +277,19 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def listened(host: str, port: int) -> bool:
+    """Whether something listens on host:port already: a bind with SO_REUSEADDR, as the
+    server's own, fails then (and for a wildcard listener on the port), not for
+    connections left in TIME_WAIT."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host or "0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -392,8 +405,16 @@ class Server:
         self.shutdown()
 
 
+class ListenError(Exception):
+    """The listen address cannot be bound (in use, not this host's, no permission)."""
+
+
 def build_server(listen: str, state: PublishedState, web: WebConfig | None = None) -> Server:
     """Bind (so a busy port fails now, not later) and return the unstarted server."""
     web = web or WebConfig()
-    httpd = _HTTPServer(parse_listen(listen), _handler_class(state, web.auth), web.tls)
+    try:
+        httpd = _HTTPServer(parse_listen(listen), _handler_class(state, web.auth), web.tls)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {listen} (exposition.listen): "
+                          f"{exc.strerror or exc}") from None
     return Server(httpd, tls=web.tls is not None)

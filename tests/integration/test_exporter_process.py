@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from exporter.demo.embedded import free_port
+from exporter.demo.embedded import BrokerFailed, EmbeddedBroker, free_port
 from exporter.record.store import config_text, read_cycles
 from tests.harness.exporter_process import CLI, ExporterProcess, run_cli
 from tests.harness.process import ManagedProcess
@@ -185,6 +185,58 @@ def test_config_error_exits_2_naming_the_file_and_each_key_path(tmp_path: Path) 
     assert [line.split(": ", 2)[:2] for line in errors] == [
         [str(config), "check_interval"], [str(config), "sources.brokers[0].timout"]], errors
     assert "timeout" in errors[1]  # the did-you-mean
+
+
+def test_a_listen_address_in_use_exits_1_saying_so_before_spark_starts(
+        tmp_path: Path) -> None:
+    """Another exporter (or anything) on the port: one error record naming the address and
+    the key, exit 1, no traceback, and no Spark JVM started for nothing."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        config = tmp_path / "c.yaml"
+        config.write_text("cluster: c\nsources:\n  brokers:\n"
+                          f"    - url: http://127.0.0.1:9/metrics\n"
+                          f"exposition: {{listen: '{listen}'}}\n")
+        done = run_cli("run", "--config.file", config, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        line for line in done.stderr.splitlines() if line.startswith("time=")], done.stderr
+    assert f'level=error logger=exporter.cli msg="cannot listen on {listen} ' \
+           '(exposition.listen): in use"' in done.stderr
+
+
+@pytest.mark.lite  # the demo's embedded broker, when the ports are free
+@pytest.mark.parametrize("port", [16650, 10049], ids=["broker-port", "exporter-port"])
+def test_a_second_demo_says_the_first_holds_its_ports_and_starts_nothing(
+        tmp_path: Path, port: int) -> None:
+    """The demo's fixed ports held (a demo left running in another terminal): it said
+    nothing clear, produced into the other demo's broker, printed a traceback and aborted
+    (exit 134), at times leaving its own broker running."""
+    assert _demo_brokers() == [], "a demo broker is already running"
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        done = run_cli("demo", "--duration", "5", cwd=tmp_path, timeout=60)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"demo: 127.0.0.1:{port} in use: is another demo running?" in done.stderr
+    assert "Traceback" not in done.stderr and "Spark" not in done.stdout + done.stderr
+    assert _demo_brokers() == []
+
+
+@pytest.mark.lite
+def test_an_embedded_broker_refuses_a_given_port_another_listens_on(tmp_path: Path) -> None:
+    """Refused by name before the broker starts: another broker there (a demo left
+    running) would answer the readiness probe meant for this one."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(BrokerFailed, match=f"127.0.0.1:{port} is in use"):
+            EmbeddedBroker.start_new(port, free_port(), str(tmp_path / "db"))
+    assert not list((tmp_path / "db").glob("pulsar-lite.log"))  # never started
 
 
 def _reloads(proc: ExporterProcess, result: str) -> float:

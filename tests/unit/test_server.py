@@ -21,8 +21,16 @@ import bcrypt
 import pytest
 
 from exporter.config.model import Exposition, Tls
+from exporter.demo.embedded import free_port
 from exporter.exposition.metricset import CONTENT_TYPE
-from exporter.server.http import PublishedState, accepts_gzip, build_server, parse_listen
+from exporter.server.http import (
+    ListenError,
+    PublishedState,
+    accepts_gzip,
+    build_server,
+    listened,
+    parse_listen,
+)
 from exporter.server.webconfig import (
     AuthOutcome,
     BasicAuth,
@@ -182,8 +190,12 @@ def test_all_interfaces_listen_serves_ipv4(state):
 
 
 def test_a_busy_port_fails_at_build_time(server, state):
-    with pytest.raises(OSError):
-        build_server(f"127.0.0.1:{server.address[1]}", state)
+    listen = f"127.0.0.1:{server.address[1]}"
+    assert listened(*parse_listen(listen))
+    with pytest.raises(ListenError, match=f"cannot listen on {listen} "
+                                          r"\(exposition.listen\): Address already in use"):
+        build_server(listen, state)
+    assert not listened("127.0.0.1", free_port())
 
 
 # --- health ----------------------------------------------------------------------------------
