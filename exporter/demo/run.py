@@ -90,7 +90,7 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
     from exporter.pipeline.session import start_in_background
     from exporter.pipeline.session import stop as stop_spark
     from exporter.runtime.scheduler import Scheduler
-    from exporter.server.http import build_server
+    from exporter.server.http import ListenError, build_server
     from exporter.server.webconfig import load_web_config
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -108,8 +108,13 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
     with EmbeddedBroker.start_new(service_port, metrics_port) as broker:
         print(f"broker   {broker.service_url}  (metrics {broker.metrics_url})")
         exporter = Exporter(config)
-        server = build_server(config.exposition.listen, exporter.state,
-                              load_web_config(config.exposition)).start()
+        try:
+            server = build_server(config.exposition.listen, exporter.state,
+                                  load_web_config(config.exposition)).start()
+        except ListenError as exc:  # taken since `_busy` looked
+            print(f"demo: {exc}", file=sys.stderr)
+            exporter.close()
+            return 1
         # the workload's client last: one still connected at an early exit aborts Python
         worker = threading.Thread(target=_workload, args=(broker.service_url, stop), daemon=True)
         worker.start()
