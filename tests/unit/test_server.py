@@ -196,6 +196,10 @@ def test_a_busy_port_fails_at_build_time(server, state):
                                           r"\(exposition.listen\): Address already in use"):
         build_server(listen, state)
     assert not listened("127.0.0.1", free_port())
+    # not this host's address: no listener to name; the bind says what is wrong
+    assert not listened("203.0.113.7", free_port())  # TEST-NET-3, on no host
+    with pytest.raises(ListenError, match="Cannot assign requested address"):
+        build_server("203.0.113.7:9", state)
 
 
 # --- health ----------------------------------------------------------------------------------
