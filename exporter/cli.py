@@ -108,16 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = adjust(_load_or_exit(args.config, args.expand_env))
         logs.setup(args.log_level, args.log_format)
         recorder = _recorder(args)  # a bad flag exits 2 before anything starts
-        from exporter.server.http import ListenError, listened, parse_listen
-
-        if listened(*parse_listen(config.exposition.listen)):  # before Spark starts
-            logging.getLogger("exporter.cli").error(
-                "cannot listen on %s (exposition.listen): in use", config.exposition.listen)
-            return 1
-        start_in_background(config.spark)  # beside the imports below
-        from exporter.runtime.serve import run
+        from exporter.server.http import ListenError, check_listen
 
         try:
+            check_listen(config.exposition.listen)
+            start_in_background(config.spark)  # beside the imports below
+            from exporter.runtime.serve import run
+
             return run(config, config_file=ConfigFile(args.config, config, adjust,
                                                       expand=args.expand_env), recorder=recorder)
         except ListenError as exc:  # a port in use: the environment's, not the config's

@@ -122,9 +122,9 @@ class EmbeddedBroker:
         binary = _executable(self._binary) if self._binary is not None else find_binary()
         self.workdir.mkdir(parents=True, exist_ok=True)
         # Another broker on a given port would answer the readiness probe below for ours.
-        busy = [p for p in (self.port, self.metrics_port) if p and listened("127.0.0.1", p)]
-        if busy:
-            raise BrokerFailed(f"127.0.0.1:{busy[0]} is in use: another broker listens there")
+        for port in (self.port, self.metrics_port):
+            if port and listened("127.0.0.1", port):
+                raise BrokerFailed(f"127.0.0.1:{port} is in use: another broker listens there")
         if not (self.port and self.metrics_port):
             picked = iter(free_ports(2))
             self.port = self.port or next(picked)

@@ -141,9 +141,10 @@ def prune(keep: Path, now: float) -> list[Path]:
     for other in keep.parent.glob("spark-*.jsa"):
         if other == keep:
             continue
+        stamped = _stamp(other).exists()
         try:
-            last = (_stamp(other) if _stamp(other).exists() else other).stat().st_mtime
-            replaced = _stamp(other).exists() and _stamped(other)[1] == home
+            last = (_stamp(other) if stamped else other).stat().st_mtime
+            replaced = stamped and _stamped(other)[1] == home
             if replaced or now - last > UNUSED_SECONDS:
                 set_aside(other)
                 gone.append(other)

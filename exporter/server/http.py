@@ -410,6 +410,16 @@ class Server:
 class ListenError(Exception):
     """The listen address cannot be bound (in use, not this host's, no permission)."""
 
+    def __init__(self, listen: str, why: str) -> None:
+        super().__init__(f"cannot listen on {listen} (exposition.listen): {why}")
+
+
+def check_listen(listen: str) -> None:
+    """ListenError now if something listens on `listen` already: before starting what the
+    bind would then have started for nothing (the Spark JVM)."""
+    if listened(*parse_listen(listen)):
+        raise ListenError(listen, "in use")
+
 
 def build_server(listen: str, state: PublishedState, web: WebConfig | None = None) -> Server:
     """Bind (so a busy port fails now, not later) and return the unstarted server."""
@@ -417,6 +427,5 @@ def build_server(listen: str, state: PublishedState, web: WebConfig | None = Non
     try:
         httpd = _HTTPServer(parse_listen(listen), _handler_class(state, web.auth), web.tls)
     except OSError as exc:
-        raise ListenError(f"cannot listen on {listen} (exposition.listen): "
-                          f"{exc.strerror or exc}") from None
+        raise ListenError(listen, exc.strerror or str(exc)) from None
     return Server(httpd, tls=web.tls is not None)
