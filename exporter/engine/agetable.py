@@ -172,12 +172,13 @@ class _Table:
         self.counts = array("q", (c for i, c in enumerate(counts) if i not in drop))
         return len(drop)
 
-    def time_reached(self, target: int, now: float, published_total: int) -> Estimate | None:
+    def time_reached(self, target: int, now: float, published_total: int,
+                     ) -> tuple[float, Method] | None:
         """When the counter first reached `target`, as an age at `now`; None if unknown."""
         times, counts = self.times, self.counts
         j = bisect_left(counts, target)
         if j == 0:
-            return Estimate(max(0.0, now - times[0]), Method.LOWER_BOUND)
+            return max(0.0, now - times[0]), Method.LOWER_BOUND
         if j < len(counts):
             t0, c0, t1, c1 = times[j - 1], counts[j - 1], times[j], counts[j]
         elif target <= published_total:
@@ -186,7 +187,7 @@ class _Table:
         else:
             return None
         published_at = t0 + (target - c0) / (c1 - c0) * (t1 - t0)  # c0 < target ≤ c1
-        return Estimate(max(0.0, now - published_at), Method.INTERPOLATED)
+        return max(0.0, now - published_at), Method.INTERPOLATED
 
 
 class AgeTables:
@@ -240,12 +241,19 @@ class AgeTables:
         """
         if backlog_messages <= 0:
             return NoBacklog()
+        found = self.age(topic, backlog_messages, published_total, now)
+        return NoPoints() if found is None else Estimate(*found)
+
+    def age(self, topic: str, backlog_messages: int, published_total: int, now: float,
+            ) -> tuple[float, Method] | None:
+        """`estimate` of a backlog > 0 as (age in seconds, method), None for `NoPoints`:
+        the backlog check asks for a subscription of every topic, every cycle, and an
+        `Estimate` an answer was 8 % of its time (py-spy, 100k topics)."""
         table = self._tables.get(topic)
         if table is None or len(table.times) < 2 or published_total < table.counts[-1]:
-            return NoPoints()
-        target = published_total - backlog_messages + 1
-        found = table.time_reached(target, now, published_total)
-        return NoPoints() if found is None else found
+            return None
+        return table.time_reached(published_total - backlog_messages + 1, now,
+                                  published_total)
 
     def retain(self, topics: Iterable[str]) -> int:
         """Keep only these topics' tables (the others vanished); returns how many were dropped."""

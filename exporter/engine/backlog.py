@@ -214,27 +214,16 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
     limit_size, limit_time = quota.limit_size, quota.limit_time
     cutoff = None if limit_time is None else now - limit_time
 
+    # Built positionally, in field order: one decision a topic, and with keywords each took
+    # 5.7 µs, not 3.4 (Python 3.11).
     if not ordered:
         return TopicDecision(
-            topic=state.topic,
-            namespace=state.namespace,
-            quota=quota,
-            quota_source=source,
-            holder=None,
-            holder_basis=HolderBasis.NO_BACKLOG,
-            backlog_messages=0,
-            backlog_bytes=0.0,
-            size_basis=SizeBasis.REPORTED,
-            oldest_publish_time=None,
-            time_source=None,
-            backlog_age_seconds=0.0,
-            size=LimitStatus.NO_LIMIT if limit_size is None else LimitStatus.WITHIN,
-            time=LimitStatus.NO_LIMIT if cutoff is None else LimitStatus.WITHIN,
-            action=Action.NONE,
-            plan=_NO_PLAN,
-            limits=limits,
-            subscriptions=state.subscriptions,
-        )
+            state.topic, state.namespace, quota, source,
+            None, HolderBasis.NO_BACKLOG, 0, 0.0, SizeBasis.REPORTED,  # holder, bytes
+            None, None, 0.0,  # oldest publish time, its source, age
+            LimitStatus.NO_LIMIT if limit_size is None else LimitStatus.WITHIN,
+            LimitStatus.NO_LIMIT if cutoff is None else LimitStatus.WITHIN,
+            Action.NONE, _NO_PLAN, limits, state.subscriptions)
 
     holder = ordered[0]
     oldest = holder.oldest_publish_time
@@ -271,27 +260,16 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
                   and limits.time.policy is evicting else ()),
         )
     return TopicDecision(
-        topic=state.topic,
-        namespace=state.namespace,
-        quota=quota,
-        quota_source=source,
-        holder=holder.name,
-        holder_basis=(
-            HolderBasis.LARGEST_BACKLOG if oldest is None else HolderBasis.OLDEST_MESSAGE
-        ),
-        backlog_messages=holder.backlog_messages,
-        backlog_bytes=None if holder_bytes is None else holder_bytes[0] / holder_bytes[1],
-        size_basis=size_basis,
-        oldest_publish_time=oldest,
-        time_source=None if oldest is None else holder.time_source,
-        backlog_age_seconds=None if oldest is None else max(0.0, now - oldest),
-        size=size,
-        time=time,
-        action=action,
-        plan=plan,
-        limits=limits,
-        subscriptions=state.subscriptions,
-    )
+        state.topic, state.namespace, quota, source,
+        holder.name,
+        HolderBasis.LARGEST_BACKLOG if oldest is None else HolderBasis.OLDEST_MESSAGE,
+        holder.backlog_messages,
+        None if holder_bytes is None else holder_bytes[0] / holder_bytes[1],
+        size_basis,
+        oldest,
+        None if oldest is None else holder.time_source,
+        None if oldest is None else max(0.0, now - oldest),  # the age
+        size, time, action, plan, limits, state.subscriptions)
 
 
 def _usable(avg: float | None) -> float | None:

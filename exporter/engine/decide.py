@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
-from exporter.engine.agetable import AgeTables, Estimate, Method
+from exporter.engine.agetable import AgeTables, Method
 from exporter.engine.attention import disagrees
 from exporter.engine.backlog import (
     SubscriptionBacklog,
@@ -37,6 +37,7 @@ from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot, TopicStats
 
 NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
+_MEASURED = frozenset({TimeSource.PRECISE, TimeSource.BROKER})  # by the broker itself
 
 
 @dataclass(frozen=True)
@@ -140,31 +141,34 @@ class Decider:
         states = []
         for name, backlog in subs:
             messages = int(backlog)
-            size = admin_subs[name].backlog_size if name in admin_subs else None
+            sub = admin_subs.get(name) if admin_subs else None
+            size = None if sub is None else sub.backlog_size
+            if messages <= 0:  # nothing unacknowledged: no publish time to look for
+                states.append(SubscriptionBacklog(name, messages, size))
+                continue
             publish_time: float | None = None
             source = TimeSource.ESTIMATED
-            own = admin_subs[name].oldest_backlog_message_age_seconds \
-                if name in admin_subs else None
-            if messages > 0 and own is not None:
+            own = None if sub is None else sub.oldest_backlog_message_age_seconds
+            if own is not None:
                 publish_time, source = admin_at - own, TimeSource.PRECISE
-            elif messages > 0 and (topic, name) in sub_ages:
+            elif sub_ages and (topic, name) in sub_ages:
                 publish_time, source = now - sub_ages[(topic, name)], TimeSource.BROKER
-            elif messages > 0 and name == precise:
+            elif name == precise:
                 publish_time, source = precise_time, TimeSource.PRECISE
-            elif messages > 0 and name == slowest:
+            elif name == slowest:
                 publish_time, source = slowest_time, TimeSource.BROKER
-            elif messages > 0 and published is not None:
-                est = self.ages.estimate(topic, round(messages * per_entry), published, now)
-                if isinstance(est, Estimate):
-                    publish_time = now - est.age_seconds
+            elif published is not None:
+                # messages > 0: the backlog in entries rounds to 1 at least (sizes.py)
+                est = self.ages.age(topic, round(messages * per_entry), published, now)
+                if est is not None:
+                    publish_time = now - est[0]
                     if slowest_time is not None:
                         publish_time = max(publish_time, slowest_time)
-                    elif est.method is Method.LOWER_BOUND:
+                    elif est[1] is Method.LOWER_BOUND:
                         source = TimeSource.LOWER_BOUND
-            if (messages > 0 and source in (TimeSource.PRECISE, TimeSource.BROKER)
-                    and publish_time is not None):  # always, for those two sources
+            if source in _MEASURED and publish_time is not None:  # always, for those two
                 measured[(topic, name)] = (publish_time, messages)
-            elif messages > 0 and (last := self._measured.get((topic, name))) is not None \
+            elif (last := self._measured.get((topic, name))) is not None \
                     and messages >= last[1] and (publish_time is None or publish_time > last[0]):
                 # Measured before, not now: the topic was just loaded again (a bundle moved,
                 # a broker restarted) and its owner has not run its backlog-quota check yet,
@@ -196,11 +200,15 @@ class Decider:
         # compare what follows the domain.
         ours = {t.partition("://")[2] for t in (self.config.resource_group_engine.topic,
                                                 quotas.lock_topic)}
+        endings = tuple(ours)  # a test of the ending first: most topics fail it, cheaply
         system = not quotas.system_topics
+        # Whether the limits resolved here disagree with those a broker printed: the same
+        # for every topic of a namespace with the same printed limits, so asked once.
+        disagreeing: dict[tuple[int, float | None, float | None], bool] = {}
         for topic, ns, published_f, age, avg, per_entry, limit_size, limit_time in zip(
                 topics, namespaces, msg_in, ages, averages, per_entries, sizes, times,
                 strict=True):
-            if topic.partition("://")[2] in ours:
+            if topic.endswith(endings) and topic.partition("://")[2] in ours:
                 continue
             published = counter(published_f)
             if published is not None:
@@ -214,8 +222,13 @@ class Decider:
             resolver = unlimited if system and is_system_topic(topic) else limits
             decision = check_against(state, resolver(topic, ns), now)
             decisions.append(decision)
-            if decision.limits is not None and disagrees(decision.limits, limit_size, limit_time):
-                doubted.append(topic)
+            if (resolved := decision.limits) is not None:
+                # by identity: its decision holds it, so no other object takes its id
+                key = (id(resolved), limit_size, limit_time)
+                if (differs := disagreeing.get(key)) is None:
+                    differs = disagreeing[key] = disagrees(resolved, limit_size, limit_time)
+                if differs:
+                    doubted.append(topic)
             if decision.backlog_age_seconds is not None:
                 max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)
         self.ages.retain(topics)

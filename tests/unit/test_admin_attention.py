@@ -189,3 +189,35 @@ def test_a_topics_map_is_read_again_only_while_it_has_entries_or_when_chosen() -
                         now_too={"persistent://a/b/without"})
     assert topic_reads() == {"without"}  # chosen: read at once
     assert set(quotas.topics) == {"persistent://a/b/with"}
+
+
+def test_the_engine_doubts_each_topic_whose_printed_limits_differ() -> None:
+    """The decide asks `disagrees` once per namespace's limits and printed pair: topics of
+    one namespace printing the same limits share an answer, a topic printing others, or
+    with its own Pulsar entry, gets its own."""
+    from exporter.config.load import parse
+    from exporter.engine.decide import Decider
+    from exporter.pipeline.merge import merge
+    from exporter.pipeline.parse import parse_text
+    from exporter.pipeline.tables import source_tables
+    from exporter.sources.model import AdminSnapshot
+
+    printed = {"same-1": 1024, "moved": 512, "same-2": 1024, "silent": None, "own": 512,
+               "own-moved": 1024}
+    lines = []
+    for name, limit in printed.items():
+        labels = f'cluster="c",namespace="{NS}",topic="persistent://{NS}/{name}"'
+        lines.append(f"pulsar_in_messages_total{{{labels}}} 5")
+        if limit is not None:
+            lines += [f"pulsar_storage_backlog_quota_limit{{{labels}}} {limit}",
+                      f"pulsar_storage_backlog_quota_limit_time{{{labels}}} -1"]
+    url = "http://127.0.0.1:8080/metrics"
+    agg = merge([(url, source_tables([parse_text("\n".join(lines).encode() + b"\n")]))], {})
+    size = {QuotaType.SIZE: TypedQuota(1024), QuotaType.TIME: TypedQuota(-1)}
+    pulsar = PulsarQuotas(namespaces={NS: size}, topics={
+        f"persistent://{NS}/{t}": {QuotaType.SIZE: TypedQuota(512)} for t in ("own", "own-moved")})
+    config = parse({"cluster": "c", "sources": {"brokers": [{"url": url}], "admin": {
+        "url": "http://127.0.0.1:8080"}}, "backlog_quotas": {"source": "pulsar"}}, "t.yaml")
+    decisions = Decider(config).decide(agg, AdminSnapshot(NOW, (), (), pulsar), NOW)
+    assert len(decisions.topics) == len(printed)
+    assert decisions.doubted == {f"persistent://{NS}/{t}" for t in ("moved", "own-moved")}
