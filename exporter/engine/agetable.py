@@ -101,6 +101,7 @@ class OutOfOrder:
 
 
 Observation = Inserted | Collapsed | TableReset | OutOfOrder
+_INSERTED = Inserted()  # what most observations answer: one object, it is frozen
 
 
 # --- estimate() outcomes ------------------------------------------------------------------
@@ -136,9 +137,10 @@ AgeEstimate = NoPoints | NoBacklog | Estimate
 class _Table:
     """One topic's points, ordered by time, counts non-decreasing, no three equal in a row."""
 
-    __slots__ = ("counts", "times")
+    __slots__ = ("counts", "name", "times")
 
-    def __init__(self, t: float, published: int) -> None:
+    def __init__(self, name: str, t: float, published: int) -> None:
+        self.name = name
         self.times = array("d", (t,))
         self.counts = array("q", (published,))
 
@@ -216,20 +218,20 @@ class AgeTables:
         (a count a signed 64-bit integer holds, as the broker's counters are)."""
         table = self._tables.get(topic)
         if table is None:
-            self._tables[topic] = _Table(t, published_total)
-            return Inserted()
+            self._tables[topic] = _Table(topic, t, published_total)
+            return _INSERTED
         if t <= table.times[-1]:
             return OutOfOrder(table.times[-1])
         newest = table.counts[-1]
         if published_total < newest:
-            self._tables[topic] = _Table(t, published_total)
+            self._tables[topic] = _Table(topic, t, published_total)
             return TableReset(newest, published_total)
         if len(table.counts) >= 2 and table.counts[-2] == newest == published_total:
             table.times[-1] = t
             return Collapsed(table.times[-2], published_total)
         table.append(t, published_total)
         thinned = table.thin() if len(table.times) > self.max_points else 0
-        return Inserted(thinned)
+        return Inserted(thinned) if thinned else _INSERTED
 
     def estimate(
         self, topic: str, backlog_messages: int, published_total: int, now: float
@@ -254,6 +256,13 @@ class AgeTables:
             return None
         return table.time_reached(published_total - backlog_messages + 1, now,
                                   published_total)
+
+    def name(self, topic: str) -> str:
+        """The str this table was made with for `topic` (equal to it). Whoever keeps a
+        topic's name past the cycle takes this one: each cycle's tables spell every name
+        afresh, and at a million topics a copy each is ~90 MB."""
+        table = self._tables.get(topic)
+        return topic if table is None else table.name
 
     def retain(self, topics: Iterable[str]) -> int:
         """Keep only these topics' tables (the others vanished); returns how many were dropped."""

@@ -213,6 +213,7 @@ class Decider:
             published = counter(published_f)
             if published is not None:
                 self.ages.observe(topic, now, published)
+                topic = self.ages.name(topic)  # one str a topic across cycles, not one each
             # The broker prints -1 until its backlog-quota check has measured the age.
             broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
             state = self._topic_state(topic, ns, published, subs.get(topic, []),

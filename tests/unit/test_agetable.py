@@ -185,6 +185,18 @@ def test_retain_drops_vanished_topics() -> None:
     assert tables.points("a") == ()
 
 
+def test_a_topic_keeps_the_name_its_table_was_made_with() -> None:
+    first, later = "".join(["persistent://t/ns/", "x"]), "".join(["persistent://t/ns/", "x"])
+    assert first == later and first is not later  # each cycle's tables spell names afresh
+    tables = AgeTables()
+    tables.observe(first, 0.0, 0)
+    tables.observe(later, 60.0, 5)
+    assert tables.name(later) is first
+    assert tables.name("persistent://t/ns/y") == "persistent://t/ns/y"  # no table: itself
+    tables.observe(later, 120.0, 1)  # a reset makes a new table, with the name it is given
+    assert tables.name(first) is later
+
+
 # --- the topic's age ------------------------------------------------------------------------
 
 

@@ -183,3 +183,15 @@ def test_decisions_share_one_name_per_namespace_and_subscription() -> None:
     values = shared(pa.chunked_array([["a", None, "b", "a"], ["a"], []], pa.string()))
     assert values == ["a", None, "b", "a", "a"]  # nulls kept, across chunks
     assert len({id(v) for v in values if v == "a"}) == 1
+
+
+def test_a_topics_name_is_held_once_across_cycles() -> None:
+    """Each cycle's tables spell every topic's name afresh; the decisions take the one the
+    engine already holds (its age table's), so a name is not held once a cycle."""
+    decider = _decider()
+    first = {d.topic: d for d in decider.decide(
+        merge([(URL, source_tables([parse_text(BODY)]))], {}), None, NOW).topics}
+    again = decider.decide(merge([(URL, source_tables([parse_text(BODY)]))], {}), None,
+                           NOW + 60)
+    assert {d.topic for d in again.topics} == set(first)
+    assert all(d.topic is first[d.topic].topic for d in again.topics)
