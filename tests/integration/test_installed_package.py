@@ -88,6 +88,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    # The class-data archive the demo makes after its first cycle (~150 MB) is for this
+    # venv, gone after the run: in the user's cache it stayed 30 days, one a run.
+    env["XDG_CACHE_HOME"] = str(base / "cache")
     return Installed(venv, workdir, env)
 
 
