@@ -261,7 +261,7 @@ class AgeTables:
     def name(self, topic: str) -> str:
         """The str this table was made with for `topic` (equal to it). Whoever keeps a
         topic's name past the cycle takes this one: each cycle's tables spell every name
-        afresh, and at a million topics a copy each is ~90 MB."""
+        afresh (a second copy of each was 78 bytes a topic at 100k topics, tracemalloc)."""
         table = self._tables.get(topic)
         return topic if table is None else table.name
 

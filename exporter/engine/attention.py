@@ -30,14 +30,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.config.model import TopicFilter
-from exporter.engine.backlog import LimitStatus, TimeSource
+from exporter.engine.backlog import MEASURED, LimitStatus
 from exporter.engine.quotas import ResolvedQuota
 from exporter.pipeline.tables import keep
 
 if TYPE_CHECKING:
     from exporter.engine.decide import Decisions
 
-_MEASURED = (TimeSource.PRECISE, TimeSource.BROKER)
 
 
 def disagrees(limits: ResolvedQuota, size: float | None, time: float | None) -> bool:
@@ -62,7 +61,7 @@ def stats_wanted(decisions: Decisions, listed: Sequence[str], *, rule: TopicFilt
     wanted = {d.topic for d in decisions.topics
               if d.exceeded or d.time is LimitStatus.UNKNOWN
               or (d.time is LimitStatus.WITHIN and d.backlog_messages > 0
-                  and d.time_source not in _MEASURED)}
+                  and d.time_source not in MEASURED)}
     names = pa.array(listed, pa.string())
     unseen = names.filter(pc.invert(pc.is_in(names, seen)))
     if len(unseen) and rule.active:

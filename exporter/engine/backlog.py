@@ -59,6 +59,8 @@ class TimeSource(StrEnum):
     LOWER_BOUND = "lower_bound"  # age table: published at or before this time, maybe earlier
 
 
+MEASURED = frozenset({TimeSource.PRECISE, TimeSource.BROKER})  # the broker's own, not ours
+
 class LimitStatus(StrEnum):
     NO_LIMIT = "no_limit"
     WITHIN = "within"

@@ -19,6 +19,7 @@ from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLi
 from exporter.engine.agetable import AgeTables, Method
 from exporter.engine.attention import disagrees
 from exporter.engine.backlog import (
+    MEASURED,
     SubscriptionBacklog,
     TimeSource,
     TopicBacklogState,
@@ -37,7 +38,6 @@ from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot, TopicStats
 
 NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
-_MEASURED = frozenset({TimeSource.PRECISE, TimeSource.BROKER})  # by the broker itself
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class Decider:
                         publish_time = max(publish_time, slowest_time)
                     elif est[1] is Method.LOWER_BOUND:
                         source = TimeSource.LOWER_BOUND
-            if source in _MEASURED and publish_time is not None:  # always, for those two
+            if source in MEASURED and publish_time is not None:  # always, for those two
                 measured[(topic, name)] = (publish_time, messages)
             elif (last := self._measured.get((topic, name))) is not None \
                     and messages >= last[1] and (publish_time is None or publish_time > last[0]):
