@@ -46,7 +46,7 @@ from tests.harness.process import require_binary
 TESTS = Path(__file__).resolve().parent
 
 TIERS: dict[str, str] = {
-    "spark": "starts Spark: a SparkSession's JVM, a Spark cluster, or an exporter process "
+    "spark": "starts Spark: a SparkContext's JVM, a Spark cluster, or an exporter process "
              "(whose first cycle starts one)",
     "lite": "starts a pulsar-lite broker",
     "apache": "starts a real Apache Pulsar standalone broker (a JVM; fetched from Maven "

@@ -2,10 +2,12 @@
 
 Starting Spark is mostly loading and verifying its classes: measured on 2 cores, a local
 session took 9.1 s and its first SQL job 3.3 s; with an archive of the classes those load
-(`-XX:SharedArchiveFile`, JDK 13+), 4.6 s and 1.5 s. The archive (about 160 MB) belongs to
+(`-XX:SharedArchiveFile`, JDK 13+), 4.6 s and 1.5 s. (A context and its first RDD job, as
+cycles run now: 5.1 s and 2.2 s, and 2.3-2.8 s and 1.1-1.5 s from an archive.) The
+archive (about 70 MB; 150 MB while cycles ran Spark SQL) belongs to
 one JDK and one class path, so it is made on this machine: after the exporter's first
 cycle, if there is none yet, a child process (`python -m exporter.pipeline.jvmarchive`,
-at the lowest CPU priority) starts a session of its own with
+at the lowest CPU priority) starts a context of its own with
 `-XX:ArchiveClassesAtExit`, runs the kind of job a cycle runs, and stops; the next start
 uses it. Making it at the first start instead would slow that start (16 s measured).
 
@@ -41,6 +43,8 @@ from pyspark.find_spark_home import _find_spark_home
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# The kind of job an archive's classes were loaded by (`make`): a new kind names new archives.
+TRAINED_ON = "rdd-python-tasks"
 MAKING_SECONDS = 600  # a partial archive older than this was left by a maker that died
 # Another JDK's or PySpark's archive (~160 MB each) no start has used for this long is
 # deleted when a new one is made: an upgrade would otherwise leave one behind each time.
@@ -76,9 +80,10 @@ def _checked_files() -> list[Path]:
 def archive_path() -> Path:
     """This JDK's and Spark's archive (it may not exist yet): named for the files the JVM
     checks it against, each by path, size and modification time, so a changed one means a
-    new archive (made after the first cycle), never a stale one ignored at every start."""
+    new archive (made after the first cycle), never a stale one ignored at every start;
+    and for the job that trained it (`TRAINED_ON`)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    stamps = []
+    stamps = [TRAINED_ON]
     for f in _checked_files():
         try:
             st = f.stat()
@@ -194,7 +199,7 @@ def after_first(cycle: Callable[[], T], master: str) -> Callable[[], T]:
 
 
 def make(path: Path) -> None:
-    """A session with `-XX:ArchiveClassesAtExit`, one job like a cycle's, and a clean exit
+    """A context with `-XX:ArchiveClassesAtExit`, one job like a cycle's, and a clean exit
     (the JVM writes the archive as it exits); then the file takes its final name, so no
     start ever maps a half-written archive."""
     from exporter.config.model import Spark
@@ -202,16 +207,15 @@ def make(path: Path) -> None:
 
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     options = f"{session.JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
-    spark = session.get_session(Spark(master="local[2]", conf={
+    context = session.get_context(Spark(master="local[2]", conf={
         "spark.driver.extraJavaOptions": options}))
-    import pyarrow as pa
 
-    def echo(batches):  # the Arrow path of a cycle's job (pipeline/scrape.py)
-        for batch in batches:
-            yield pa.RecordBatch.from_arrays([batch.column(0)], names=["id"])
+    def echo(ids):  # the path of a cycle's job (pipeline/scrape.py): bytes from Python tasks
+        for i in ids:
+            yield str(i), ((str(i), bytes(4096)),)
 
-    spark.range(0, 4, 1, 2).mapInArrow(echo, "id long").toArrow()
-    gateway = spark.sparkContext._gateway  # set by the session's start
+    context.parallelize(range(4), 2).mapPartitions(echo).collect()
+    gateway = context._gateway  # set by the context's start
     assert gateway is not None
     process = gateway.proc  # pyspark's launch_gateway keeps it
     session.stop()
@@ -236,10 +240,10 @@ def verify(path: Path) -> None:
     from exporter.pipeline import session
 
     options = f"{session.JVM_OPTIONS} {use_flags(path)} -Xshare:on"
-    spark = session.get_session(Spark(master="local[1]", conf={
+    context = session.get_context(Spark(master="local[1]", conf={
         "spark.driver.extraJavaOptions": options}))
-    if spark.range(3).count() != 3:
-        raise RuntimeError("a session from the archive ran a job wrong")
+    if context.parallelize(range(3), 1).count() != 3:
+        raise RuntimeError("a context from the archive ran a job wrong")
     session.stop()
 
 

@@ -1,19 +1,21 @@
 """Broker bodies fetched and parsed in Spark tasks: one job per cycle, nothing on disk.
 
-The plan is one DataFrame of broker endpoints, one partition (so one task) per endpoint
-up to twice the task slots, mapped with `mapInArrow`: each task streams its broker's
+The plan is an RDD of broker endpoint indexes, one partition (so one task) per endpoint
+up to twice the task slots, mapped with `mapPartitions`: each task streams its broker's
 /metrics (sources/brokers.py), parses it piece by piece as it arrives (parse.py), builds
 that broker's per-entity tables (tables.py) and hands them back as zstd-compressed Arrow
-IPC payloads — a handful of rows per broker whatever its size, so the JVM never converts
-a sample. The driver collects them with one
-`toArrow()` and keeps only per-entity results. The same code runs under `local[*]`,
-`spark://` and `k8s://`: a task needs network access to its broker and this package in
-its Python, nothing shared with the driver.
+IPC payloads — a handful of byte strings per broker whatever its size, so the JVM never
+converts a sample. The driver collects them with one `collect()` and keeps only
+per-entity results. The same code runs under `local[*]`, `spark://` and `k8s://`: a task
+needs network access to its broker and this package in its Python, nothing shared with
+the driver. (Until 2026-11-28 the plan was a DataFrame mapped with `mapInArrow`, its
+results the same payloads in an Arrow column: Spark SQL around them cost the first cycle
+2.5-3 s and the JVM 120 MB, session.py.)
 
-The plan is built once per set of endpoints and run again every cycle: it has no shuffle
-and no cache, so each run fetches afresh, and no plan is analysed per cycle. A fetch that
-fails is reported by its task with a reason; the driver then keeps that broker's last good
-tables in use (stale) and its `SourceHealth` says so.
+The RDD is built once per set of endpoints and collected again every cycle: it has no
+shuffle and no cache, so each run fetches afresh, and its tasks' function is pickled once.
+A fetch that fails is reported by its task with a reason; the driver then keeps that
+broker's last good tables in use (stale) and its `SourceHealth` says so.
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ from functools import partial
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark import RDD, SparkContext
 
 from exporter.config.model import KEEP_ALL, BrokerSource, TopicFilter
 from exporter.pipeline.lastgood import LastGood
@@ -40,10 +41,10 @@ from exporter.sources.model import ScrapeError, SourceKind
 # piece, not the body, and parsing overlaps the transfer.
 PIECE_BYTES = 16 << 20
 _TABLES = ("subscriptions", "topics", "namespaces", "usage")
-# One row per broker and part: "status" (JSON) or one of _TABLES (Arrow IPC).
-_ARROW_OUT = pa.schema([("source", pa.string(), False), ("part", pa.string(), False),
-                        ("payload", pa.binary(), False)])
-_OUT = from_arrow_schema(_ARROW_OUT)
+# A task's result for one broker: its URL and its parts, each "status" (JSON) or one of
+# _TABLES (Arrow IPC) or "body" (zstd), with its bytes.
+Parts = tuple[tuple[str, bytes], ...]
+TaskResult = tuple[str, Parts]
 
 
 # --- in the executor -------------------------------------------------------------------------
@@ -60,11 +61,10 @@ DEFAULT_TASK = TaskOptions()
 
 
 def scrape_endpoints(sources: Sequence[BrokerSource], options: TaskOptions,
-                     batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function over endpoint indexes: index rows → (source, part, payload)."""
-    for batch in batches:
-        for i in batch.column("id").to_pylist():
-            yield scrape_one(sources[i], options)
+                     ids: Iterable[int]) -> Iterator[TaskResult]:
+    """mapPartitions function over endpoint indexes: an index → that broker's result."""
+    for i in ids:
+        yield scrape_one(sources[i], options)
 
 
 def parsed_pieces(pieces: Iterable[bytes], rule: TopicFilter,
@@ -83,7 +83,7 @@ def parsed_pieces(pieces: Iterable[bytes], rule: TopicFilter,
                    "filtered": tables.filtered}
 
 
-def scrape_one(source: BrokerSource, options: TaskOptions = DEFAULT_TASK) -> pa.RecordBatch:
+def scrape_one(source: BrokerSource, options: TaskOptions = DEFAULT_TASK) -> TaskResult:
     """Fetch and parse one broker; a failure of any kind becomes a status row."""
     started = time.monotonic()
     status: dict = {"up": False}
@@ -101,16 +101,13 @@ def scrape_one(source: BrokerSource, options: TaskOptions = DEFAULT_TASK) -> pa.
     except Exception as exc:  # never fatal: the source is down this cycle, and says why
         failure = classify(exc)
         status = {"up": False, "reason": failure.reason.value, "detail": failure.detail}
-    return part_batch(source.url, status, parts)
+    return task_result(source.url, status, parts)
 
 
-def part_batch(source: str, status: Mapping, parts: Sequence[tuple[str, bytes]]
-               ) -> pa.RecordBatch:
-    """A task's result for one body: its status (JSON) and its parts, one row each."""
-    rows = [("status", json.dumps(status).encode()), *parts]
-    return pa.RecordBatch.from_arrays(
-        [pa.array([source] * len(rows)), pa.array([r[0] for r in rows]),
-         pa.array([r[1] for r in rows], pa.binary())], schema=_ARROW_OUT)
+def task_result(source: str, status: Mapping, parts: Sequence[tuple[str, bytes]]
+                ) -> TaskResult:
+    """A task's result for one body: its status (JSON) and its parts."""
+    return source, (("status", json.dumps(status).encode()), *parts)
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -124,62 +121,42 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _from_ipc(payload: bytes | pa.Buffer) -> pa.Table:
+def _from_ipc(payload: bytes) -> pa.Table:
     return pa.ipc.open_stream(payload).read_all()
 
 
 # --- on the driver ---------------------------------------------------------------------------
-def endpoints_plan(spark: SparkSession, sources: Sequence[BrokerSource],
-                   options: TaskOptions = DEFAULT_TASK) -> DataFrame:
-    """The cycle's plan: `spark.range` over endpoint indexes (made in the JVM: no Python
-    step before the fetch), mapped by `scrape_endpoints` with the endpoints themselves
-    carried in the function. One task per endpoint up to twice the task slots, then
-    consecutive endpoints share a task: a Python task costs tens of milliseconds of
+def endpoints_plan(context: SparkContext, sources: Sequence[BrokerSource],
+                   options: TaskOptions = DEFAULT_TASK) -> RDD[TaskResult]:
+    """The cycle's plan: endpoint indexes (a `range`: each task makes its own, nothing is
+    sent to it but the function), mapped by `scrape_endpoints` with the endpoints
+    themselves carried in the function. One task per endpoint up to twice the task slots,
+    then consecutive endpoints share a task: a Python task costs tens of milliseconds of
     scheduling whatever its body, which a hundred small brokers would pay a hundred times."""
     n = len(sources)
-    tasks = max(1, min(n, 2 * spark.sparkContext.defaultParallelism))
-    return spark.range(0, n, 1, tasks).mapInArrow(
-        partial(scrape_endpoints, tuple(sources), options), _OUT)
+    tasks = max(1, min(n, 2 * context.defaultParallelism))
+    return context.parallelize(range(n), tasks).mapPartitions(
+        partial(scrape_endpoints, tuple(sources), options))
 
 
-def on_spark(spark: SparkSession, sources: Sequence[BrokerSource],
-             options: TaskOptions = DEFAULT_TASK) -> Callable[[], pa.Table]:
-    """The cycle's job: the plan, run and collected once (`toArrow`)."""
-    plan = endpoints_plan(spark, sources, options) if sources else None
-    return plan.toArrow if plan is not None else _no_rows
+def on_spark(context: SparkContext, sources: Sequence[BrokerSource],
+             options: TaskOptions = DEFAULT_TASK) -> Callable[[], list[TaskResult]]:
+    """The cycle's job: the plan, run and collected once."""
+    plan = endpoints_plan(context, sources, options) if sources else None
+    return plan.collect if plan is not None else list
 
 
 def in_process(sources: Sequence[BrokerSource],
-               options: TaskOptions = DEFAULT_TASK) -> Callable[[], pa.Table]:
+               options: TaskOptions = DEFAULT_TASK) -> Callable[[], list[TaskResult]]:
     """The same task code run here, one endpoint after the other: for tests of what the
-    driver does with the tasks' results, without a Spark session."""
-    ids = pa.record_batch([pa.array(range(len(sources)), pa.int64())], names=["id"])
-    return lambda: pa.Table.from_batches(
-        list(scrape_endpoints(tuple(sources), options, iter([ids]))) or [],
-        schema=_ARROW_OUT)
+    driver does with the tasks' results, without a Spark context."""
+    return lambda: list(scrape_endpoints(tuple(sources), options, range(len(sources))))
 
 
-def payloads(collected: pa.Table) -> dict[str, dict[str, pa.Buffer]]:
-    """The job's rows by broker URL and part: each payload a slice of the collected
-    buffers, not a copy into Python bytes."""
-    by_source: dict[str, dict[str, pa.Buffer]] = {}
-    for batch in collected.to_batches():
-        column = batch.column("payload")
-        for i, (source, part) in enumerate(zip(batch.column("source").to_pylist(),
-                                               batch.column("part").to_pylist(),
-                                               strict=True)):
-            by_source.setdefault(source, {})[part] = column[i].as_buffer()
-    return by_source
-
-
-def tables_of(parts: Mapping[str, bytes | pa.Buffer], status: Mapping) -> SourceTables:
+def tables_of(parts: Mapping[str, bytes], status: Mapping) -> SourceTables:
     """One broker's tables from its task's parts and status (here and in the replay)."""
     return SourceTables(**{name: _from_ipc(parts[name]) for name in _TABLES},
                         malformed=status["malformed"], filtered=status["filtered"])
-
-
-def _no_rows() -> pa.Table:
-    return _ARROW_OUT.empty_table()
 
 
 class BrokerScrape:
@@ -187,7 +164,7 @@ class BrokerScrape:
     last good tables (and a restarted broker's held topics: lastgood.py) and its health
     ledger."""
 
-    def __init__(self, sources: Sequence[BrokerSource], job: Callable[[], pa.Table],
+    def __init__(self, sources: Sequence[BrokerSource], job: Callable[[], list[TaskResult]],
                  clock: Callable[[], float] = time.time):
         urls = [s.url for s in sources]
         if len(set(urls)) != len(urls):
@@ -202,18 +179,16 @@ class BrokerScrape:
         """One job; when the job itself fails (executors lost, cancelled), every broker is
         down this cycle, with the reason, and the last good tables stay in use.
 
-        The payloads are read where the collect put them (no copy into Python bytes), and
-        each broker's are let go once decoded into its tables."""
+        Each broker's payloads are let go once decoded into its tables."""
         job_failure: str | None = None
         try:
             collected = self._job()
         except Exception as exc:
-            collected = _no_rows()
+            collected = []
             job_failure = f"the cycle's Spark job failed: {classify(exc).detail}"
-        by_source = payloads(collected)
-        del collected  # its buffers live on in by_source's slices, a broker at a time
-        bodies = {url: parts["body"].to_pybytes() for url, parts in by_source.items()
-                  if "body" in parts}
+        by_source = {url: dict(parts) for url, parts in collected}
+        del collected  # its payloads live on in by_source, a broker at a time
+        bodies = {url: parts["body"] for url, parts in by_source.items() if "body" in parts}
         malformed: dict[str, Mapping[str, int]] = {}
 
         def fresh() -> Iterator[tuple[str, SourceTables]]:
@@ -233,12 +208,11 @@ class BrokerScrape:
             held=self._last_good.held(),
         )
 
-    def _take(self, source: BrokerSource, parts: Mapping[str, pa.Buffer],
+    def _take(self, source: BrokerSource, parts: Mapping[str, bytes],
               job_failure: str | None) -> SourceTables | None:
         """Record one broker's outcome; its tables when it was fetched afresh."""
         ledger = self._ledgers[source.url]
-        status: dict[str, Any] = json.loads(
-            parts["status"].to_pybytes()) if "status" in parts else {
+        status: dict[str, Any] = json.loads(parts["status"]) if "status" in parts else {
             "up": False, "reason": ScrapeError.OTHER.value,
             "detail": job_failure or "no result from its task"}
         if not status["up"]:

@@ -1,4 +1,13 @@
-"""The process's one SparkSession: started once (about 10 s), reused by every cycle.
+"""The process's one SparkContext: started once (seconds), reused by every cycle.
+
+A context, not a SparkSession: a cycle's job is Python tasks over an RDD of endpoint
+indexes (pipeline/scrape.py), which Spark SQL would only wrap. Measured on 2 cores, one
+process each, from the process's start to its first job's result (tasks parsing a
+recorded broker body, each JVM from a class-data archive of its own): a session and
+`mapInArrow` 6.65-6.74 s, a context and `mapPartitions` 3.44-4.32 s; the JVM's PSS 300 MB
+against 181 (Catalyst, its code generation and the SQL status store never load), the
+archive 154 MB against 70; the driver needs no pandas (36 MB resident), which mapInArrow
+will not plan without.
 
 Defaults suit an exporter sidecar: a loopback-bound driver for local masters (without it
 the block manager advertises the host's non-loopback address, which sandboxes and laptops
@@ -10,12 +19,12 @@ executor memory, ...).
 
 With a cluster master the executors run the broker fetch and parse (pipeline/scrape.py),
 so they need this package: it is shipped to them as a zip (`addPyFile`); their Python must
-have its dependencies (pyarrow, numpy, pandas: `pip install pulsar-quota-exporter` in the
+have its dependencies (pyarrow and numpy: `pip install pulsar-quota-exporter` in the
 executor image does all of it) and reach the brokers' /metrics.
 
 Starting the context must not take over the process: PySpark installs its own SIGINT handler
 (cancel jobs, raise KeyboardInterrupt) when started on the main thread, which would turn the
-exporter's clean Ctrl-C stop into a traceback; `get_session` puts the previous one back.
+exporter's clean Ctrl-C stop into a traceback; `get_context` puts the previous one back.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from py4j.protocol import Py4JError
-from pyspark.sql import SparkSession
+from pyspark import SparkConf, SparkContext
 
 import exporter
 from exporter.config.model import Spark
@@ -56,13 +65,13 @@ PYTHON_KEY = "spark.pyspark.python"
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m -XX:MinHeapFreeRatio=10 "
                "-XX:MaxHeapFreeRatio=30")
 
-# Finished jobs, stages, tasks a stage, SQL executions and lost executors the driver remembers.
+# Finished jobs, stages, tasks a stage and lost executors the driver remembers.
 FINISHED_KEPT = 10
 _RETAINED = ("spark.ui.retainedJobs", "spark.ui.retainedStages", "spark.ui.retainedTasks",
-             "spark.sql.ui.retainedExecutions", "spark.ui.retainedDeadExecutors")
+             "spark.ui.retainedDeadExecutors")
 
 _lock = threading.Lock()
-_session: SparkSession | None = None
+_context: SparkContext | None = None
 
 
 def local_cores(master: str) -> int | None:
@@ -79,22 +88,20 @@ def local_cores(master: str) -> int | None:
 
 
 def session_conf(cfg: Spark) -> dict[str, str]:
-    """Everything `get_session` sets, defaults first, then the config's `conf`."""
+    """Everything `get_context` sets, defaults first, then the config's `conf`."""
     cores = local_cores(cfg.master)
     conf = {
         "spark.master": cfg.master,
         "spark.app.name": APP_NAME,
         "spark.ui.enabled": "false",
-        # The driver's status store records every job, stage, task and SQL execution, UI or
-        # no UI (SparkContext's AppStatusListener, SharedState's SQLAppStatusListener), and by
-        # default keeps 1,000 finished jobs, stages and executions: a cycle runs one of each,
-        # so its heap grows for 83 minutes at a 5 s cycle. Nothing here reads them back.
+        # The driver's status store records every job, stage and task, UI or no UI
+        # (SparkContext's AppStatusListener), and by default keeps 1,000 finished jobs and
+        # stages: a cycle runs one of each, so its heap grows for 83 minutes at a 5 s cycle.
+        # Nothing here reads them back.
         **{key: str(FINISHED_KEPT) for key in _RETAINED},
         "spark.ui.showConsoleProgress": "false",
         "spark.log.level": "ERROR",
         "spark.python.worker.reuse": "true",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.session.timeZone": "UTC",
     }
     if cores is not None:
         # Executors of a cluster master must reach the driver: bind to loopback only
@@ -114,38 +121,34 @@ def session_conf(cfg: Spark) -> dict[str, str]:
     return conf
 
 
-def get_session(cfg: Spark) -> SparkSession:
-    """The process's session, started on first use with `cfg`. Later calls return the
-    same session whatever their `cfg`: the first configuration wins until `stop()`."""
-    global _session
+def get_context(cfg: Spark) -> SparkContext:
+    """The process's context, started on first use with `cfg`. Later calls return the
+    same context whatever their `cfg`: the first configuration wins until `stop()`."""
+    global _context
     with _lock:
-        if _session is None:
+        if _context is None:
             conf = session_conf(cfg)
-            builder = SparkSession.builder
-            for key, value in conf.items():
-                builder = builder.config(key, value)
             if PYTHON_KEY in conf:
                 # PySpark started from Python takes the workers' Python from this variable
                 # only (SparkContext.pythonExec); the conf key alone is not read.
                 os.environ["PYSPARK_PYTHON"] = conf[PYTHON_KEY]
             with keeping_sigint_handler():
-                _session = _started(builder, conf)
-            level = _session.conf.get("spark.log.level", "ERROR")  # str | None to its stubs
-            _session.sparkContext.setLogLevel(level or "ERROR")
-            _quiet_accumulator_server(_session)
+                _context = _started(conf)
+            _context.setLogLevel(_context.getConf().get("spark.log.level") or "ERROR")
+            _quiet_accumulator_server(_context)
             if local_cores(cfg.master) is None:
-                _session.sparkContext.addPyFile(package_zip())
+                _context.addPyFile(package_zip())
             atexit.register(stop)
-        return _session
+        return _context
 
 
-def _quiet_accumulator_server(spark: SparkSession) -> None:
+def _quiet_accumulator_server(context: SparkContext) -> None:
     """PySpark's accumulator server, a `socketserver`, prints a bare multi-line traceback
     to stderr when the JVM's connection to it ends mid-read: when the JVM dies first, as it
     does when a service manager sends SIGTERM to the whole group (systemd's default,
     `KillMode=control-group`). No cycle uses accumulators, so its errors go to the log at
     debug, one record, like the rest (logs.py)."""
-    server = getattr(spark.sparkContext, "_accumulatorServer", None)  # pyspark/core/context.py
+    server = getattr(context, "_accumulatorServer", None)  # pyspark/core/context.py
     if server is not None:
         def handle_error(_request: object, client: object) -> None:
             log.debug("the accumulator server's connection from %s failed", client,
@@ -154,24 +157,24 @@ def _quiet_accumulator_server(spark: SparkSession) -> None:
         server.handle_error = handle_error
 
 
-def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSession:
-    """`builder`'s session; should its JVM not start from our class-data archive, the
+def _started(conf: dict[str, str]) -> SparkContext:
+    """A context with `conf`; should its JVM not start from our class-data archive, the
     archive is set aside and the JVM started without it; should it start without mapping
     the archive, a warning says so (jvmarchive.py)."""
     archive = jvmarchive.archive_path()
     from_archive = jvmarchive.use_flags(archive) in conf.get("spark.driver.extraJavaOptions", "")
     try:
-        started = builder.getOrCreate()
+        started = _new_context(conf)
     except Exception:
         if not from_archive:
             raise
         log.warning("the Spark JVM did not start from the class-data archive %s: starting "
                     "without it, the archive set aside", archive)
         jvmarchive.set_aside(archive)
-        return builder.config("spark.driver.extraJavaOptions", JVM_OPTIONS).getOrCreate()
+        return _new_context({**conf, "spark.driver.extraJavaOptions": JVM_OPTIONS})
     if from_archive:
         # pyspark's launch_gateway keeps its Popen; spark-submit execs the JVM in it
-        process = getattr(started.sparkContext._gateway, "proc", None)
+        process = getattr(started._gateway, "proc", None)
         if process is not None and jvmarchive.mapped(archive, process.pid) is False:
             log.warning("the Spark JVM did not map the class-data archive %s (made from other "
                         "files, or for another class path): it started about twice as slowly. "
@@ -181,15 +184,19 @@ def _started(builder: SparkSession.Builder, conf: dict[str, str]) -> SparkSessio
     return started
 
 
+def _new_context(conf: dict[str, str]) -> SparkContext:
+    return SparkContext(conf=SparkConf().setAll(list(conf.items())))
+
+
 def start_in_background(cfg: Spark) -> None:
-    """Start the session on a thread of its own, now: the JVM's start (seconds) then runs
-    beside the process's own imports and set-up instead of after them. `get_session`
-    waits for it; if it fails, the next `get_session` tries again and raises."""
+    """Start the context on a thread of its own, now: the JVM's start (seconds) then runs
+    beside the process's own imports and set-up instead of after them. `get_context`
+    waits for it; if it fails, the next `get_context` tries again and raises."""
     def start() -> None:
         try:
-            get_session(cfg)
-        except Exception as exc:  # the caller's get_session raises it again, in context
-            log.debug("the session's start in the background failed: %s", exc)
+            get_context(cfg)
+        except Exception as exc:  # the caller's get_context raises it again, in context
+            log.debug("the Spark context's start in the background failed: %s", exc)
 
     threading.Thread(target=start, name="spark-start", daemon=True).start()
 
@@ -222,19 +229,19 @@ def keeping_sigint_handler() -> Iterator[None]:
 def cancel_running() -> None:
     """Cancel the jobs of the running cycle (on SIGTERM): the cycle fails fast, keeps the
     last good metrics, and the loop can end within seconds instead of after the cycle."""
-    if _session is not None:
-        _session.sparkContext.cancelAllJobs()
+    if _context is not None:
+        _context.cancelAllJobs()
 
 
 def stop() -> None:
-    """Stop the session (shutdown); the next `get_session` starts a new one. A service
+    """Stop the context (shutdown); the next `get_context` starts a new one. A service
     manager's SIGTERM may reach the Spark JVM with us (systemd's control-group kill, a
     shell's `timeout`): a JVM already gone has nothing left to stop."""
-    global _session
+    global _context
     with _lock:
-        if _session is not None:
+        if _context is not None:
             try:
-                _session.stop()
+                _context.stop()
             except (Py4JError, OSError) as exc:
-                log.debug("the Spark JVM was gone before its session stopped: %s", exc)
-            _session = None
+                log.debug("the Spark JVM was gone before its context stopped: %s", exc)
+            _context = None

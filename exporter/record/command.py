@@ -28,7 +28,7 @@ def parse_time(text: str) -> float:
 
 def replay(config: Config, record_dir: str, out: str, start: float | None = None,
            end: float | None = None) -> int:
-    from exporter.pipeline.session import get_session
+    from exporter.pipeline.session import get_context
     from exporter.record.replay import parse_all, replay_cycles
 
     try:
@@ -40,7 +40,7 @@ def replay(config: Config, record_dir: str, out: str, start: float | None = None
         print(f"replay: no recorded cycle in {record_dir} in the range given", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    tables = parse_all(cycles, config.filters.topics, get_session(config.spark))
+    tables = parse_all(cycles, config.filters.topics, get_context(config.spark))
     parsed = time.perf_counter()
     docs = [report.status for report in replay_cycles(config, cycles, tables)]
     done = time.perf_counter()

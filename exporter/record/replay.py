@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark import SparkContext
 
 from exporter.actions.orders import (
     Completion,
@@ -33,7 +32,7 @@ from exporter.actions.orders import (
 from exporter.config.model import Config, TopicFilter
 from exporter.exposition.status import view
 from exporter.pipeline.lastgood import LastGood
-from exporter.pipeline.scrape import PIECE_BYTES, parsed_pieces, part_batch, tables_of
+from exporter.pipeline.scrape import PIECE_BYTES, TaskResult, parsed_pieces, tables_of, task_result
 from exporter.pipeline.tables import BrokerData, SourceTables
 from exporter.record.store import RecordedCycle
 from exporter.runtime.cycle import CycleReport, Exporter
@@ -42,43 +41,31 @@ from exporter.sources.brokers import whole_lines
 from exporter.sources.model import Snapshot
 from exporter.transport.codec import WireReport
 
-_IN = pa.schema([("cycle", pa.int64(), False), ("source", pa.string(), False),
-                 ("body", pa.binary(), False)])
-_OUT = pa.schema([("cycle", pa.int64(), False), ("source", pa.string(), False),
-                  ("part", pa.string(), False), ("payload", pa.binary(), False)])
-
 
 # --- in the executor -------------------------------------------------------------------------
-def parse_recorded(rule: TopicFilter,
-                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over (cycle, source, zstd body) rows → the scrape task's parts, per row."""
-    for batch in batches:
-        for cycle, source, body in zip(*(batch.column(n).to_pylist()
-                                         for n in ("cycle", "source", "body")), strict=True):
-            stream = pa.CompressedInputStream(pa.BufferReader(body), "zstd")
-            pieces = whole_lines(iter(partial(stream.read, PIECE_BYTES), b""), PIECE_BYTES)
-            parts, facts = parsed_pieces(pieces, rule)
-            batch = part_batch(source, facts, parts)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([cycle] * batch.num_rows, pa.int64()), *batch.columns], schema=_OUT)
+def parse_recorded(rule: TopicFilter, row: tuple[int, str, bytes]) -> tuple[int, TaskResult]:
+    """One (cycle, source, zstd body) row → its cycle and the scrape task's result."""
+    cycle, source, body = row
+    stream = pa.CompressedInputStream(pa.BufferReader(body), "zstd")
+    pieces = whole_lines(iter(partial(stream.read, PIECE_BYTES), b""), PIECE_BYTES)
+    parts, facts = parsed_pieces(pieces, rule)
+    return cycle, task_result(source, facts, parts)
 
 
 # --- on the driver ---------------------------------------------------------------------------
 def parse_all(cycles: Sequence[RecordedCycle], rule: TopicFilter,
-              spark: SparkSession) -> dict[tuple[int, str], SourceTables]:
+              context: SparkContext) -> dict[tuple[int, str], SourceTables]:
     """Every recorded body's tables, keyed by (cycle index, broker URL): one Spark job."""
-    rows = [{"cycle": i, "source": url, "body": c.body(url)}
-            for i, c in enumerate(cycles) for url in sorted(c.bodies)]
+    rows = [(i, url, c.body(url)) for i, c in enumerate(cycles) for url in sorted(c.bodies)]
     if not rows:
         return {}
-    slots = spark.sparkContext.defaultParallelism
-    frame = spark.createDataFrame(pa.Table.from_pylist(rows, schema=_IN))
-    frame = frame.repartition(max(1, min(len(rows), 2 * slots)))
-    result = frame.mapInArrow(partial(parse_recorded, rule), from_arrow_schema(_OUT)).toArrow()
-    parts: dict[tuple[int, str], dict[str, bytes]] = {}
-    for row in result.to_pylist():
-        parts.setdefault((row["cycle"], row["source"]), {})[row["part"]] = row["payload"]
-    return {key: tables_of(p, json.loads(p["status"])) for key, p in parts.items()}
+    tasks = max(1, min(len(rows), 2 * context.defaultParallelism))
+    result = context.parallelize(rows, tasks).map(partial(parse_recorded, rule)).collect()
+    tables = {}
+    for cycle, (source, parts) in result:
+        found = dict(parts)
+        tables[cycle, source] = tables_of(found, json.loads(found["status"]))
+    return tables
 
 
 class ReplayBrokers:

@@ -73,9 +73,9 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         if not scheduler.stopping:
             # Spark's start (10 s and more) is no check: keep it out of the first check's
             # duration, so a restart does not look like a slow check to the alert rules.
-            from exporter.pipeline.session import get_session
+            from exporter.pipeline.session import get_context
 
-            get_session(config.spark)
+            get_context(config.spark)
         scheduler.run()
     finally:
         exchange_stop.set()

@@ -92,7 +92,7 @@ class PublishedState:
     "Recently" means within `(missed_cycles + 1) × check_interval`: with the default 2, two
     whole ticks may be missed (one overrunning cycle skips a tick, see
     cycles_skipped_total) before the exporter calls itself unhealthy. Before the first cycle
-    `startup_grace` more is allowed for the SparkSession to start (about 10 s here).
+    `startup_grace` more is allowed for Spark to start (seconds here).
     """
 
     def __init__(self, check_interval: float, *, missed_cycles: int = 2,

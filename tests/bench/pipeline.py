@@ -324,11 +324,11 @@ def main() -> None:
     args = parser.parse_args()
 
     from exporter.config.model import Spark
-    from exporter.pipeline.session import get_session
+    from exporter.pipeline.session import get_context
 
     t0 = time.perf_counter()
-    spark = get_session(Spark(master=args.master))
-    print(f"Spark session start: {time.perf_counter() - t0:.1f} s ({args.master}, "
+    spark = get_context(Spark(master=args.master))
+    print(f"Spark context start: {time.perf_counter() - t0:.1f} s ({args.master}, "
           f"{os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory(prefix="pqe-bench-") as tmp:
         per_body(spark, [int(s) for s in args.sizes.split(",") if s], args.repeat, Path(tmp))

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from exporter.config.load import parse
-from exporter.pipeline.session import get_session
+from exporter.pipeline.session import get_context
 from exporter.record.replay import parse_all, replay_cycles
 from exporter.record.store import Recorder, read_cycles
 from exporter.sources.model import Snapshot, SourceHealth, SourceKind
@@ -82,7 +82,7 @@ def main() -> None:
     config = parse({"cluster": "bench", "sources": {"brokers": [{"url": URL}]},
                     "backlog_quotas": {"default": {"limit_time": "1h", "limit_size": "1GiB"}},
                     "spark": {"master": opts.master}}, "bench.yaml")
-    spark = get_session(config.spark)
+    spark = get_context(config.spark)
     print(f"\n### Replay on {opts.master}, {opts.topics} topics per snapshot\n")
     print("| snapshots | seconds | snapshots/s | parse job s | engine s |")
     print("|---:|---:|---:|---:|---:|")

@@ -17,7 +17,7 @@ import yaml
 
 from exporter.config.load import parse
 from exporter.demo.embedded import EmbeddedBroker
-from exporter.pipeline.session import get_session
+from exporter.pipeline.session import get_context
 from exporter.record.replay import parse_all, replay_cycles
 from exporter.record.store import Recorder, read_cycles
 from exporter.runtime.cycle import Exporter
@@ -82,7 +82,7 @@ def recorded(tmp_path_factory):
 def _replay(config_map: dict, record: Path) -> list[dict]:
     config = parse(config_map, "whatif.yaml")
     cycles = list(read_cycles(record))
-    tables = parse_all(cycles, config.filters.topics, get_session(config.spark))
+    tables = parse_all(cycles, config.filters.topics, get_context(config.spark))
     return [r.status for r in replay_cycles(config, cycles, tables)]
 
 

@@ -33,9 +33,9 @@ STARTED_WITH_IT = textwrap.dedent("""
     path = jvmarchive.archive_path()
     options = session.session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"]
     assert f"-XX:SharedArchiveFile={path}" in options, options
-    spark = session.get_session(Spark(master="local[2]", conf={
+    context = session.get_context(Spark(master="local[2]", conf={
         "spark.driver.extraJavaOptions": options + " -Xshare:on"}))
-    print(spark.range(5).count())
+    print(context.parallelize(range(5), 2).count())
     session.stop()
 """)
 
@@ -45,7 +45,7 @@ STARTED_ANYWAY = textwrap.dedent("""
     from exporter.config.model import Spark
     from exporter.pipeline import session
     logging.basicConfig(level=logging.WARNING)
-    print(session.get_session(Spark(master="local[2]")).range(5).count())
+    print(session.get_context(Spark(master="local[2]")).parallelize(range(5), 2).count())
     session.stop()
 """)
 

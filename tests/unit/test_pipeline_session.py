@@ -1,4 +1,4 @@
-"""The SparkSession's configuration: loopback-bound locally, operator overrides win."""
+"""The SparkContext's configuration: loopback-bound locally, operator overrides win."""
 
 import os
 import signal
@@ -10,7 +10,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from pyspark.find_spark_home import _find_spark_home
-from pyspark.sql.functions import udf
 
 from exporter.config.model import Spark
 from exporter.pipeline import jvmarchive
@@ -18,7 +17,7 @@ from exporter.pipeline.daemon import trimmed
 from exporter.pipeline.session import (
     FINISHED_KEPT,
     JVM_OPTIONS,
-    get_session,
+    get_context,
     keeping_sigint_handler,
     local_cores,
     package_zip,
@@ -70,14 +69,20 @@ def test_local_cores():
     assert local_cores("spark://host:7077") is None
 
 
-@pytest.mark.spark  # starts this process's SparkSession (a JVM)
-def test_one_session_per_process_reused_whatever_the_later_config():
-    first = get_session(Spark(master="local[2]"))
-    again = get_session(Spark(master="local[1]", conf={"spark.app.name": "other"}))
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
+def test_one_context_per_process_reused_whatever_the_later_config():
+    first = get_context(Spark(master="local[2]"))
+    again = get_context(Spark(master="local[1]", conf={"spark.app.name": "other"}))
     assert again is first
-    assert first.conf.get("spark.driver.host") == "127.0.0.1"
-    assert first.conf.get("spark.ui.enabled") == "false"
-    assert first.range(3).count() == 3
+    assert first.getConf().get("spark.driver.host") == "127.0.0.1"
+    assert first.getConf().get("spark.ui.enabled") == "false"
+    assert first.parallelize(range(3), 2).count() == 3
+
+
+def _in_a_worker(fn) -> object:
+    """`fn()` run in one of the running context's Python workers."""
+    context = get_context(Spark(master="local[2]"))
+    return context.parallelize([0], 1).map(lambda _: fn()).first()
 
 
 def test_local_masters_run_python_workers_on_this_interpreter():
@@ -93,44 +98,38 @@ def test_local_masters_run_python_workers_on_this_interpreter():
     assert chosen["spark.pyspark.python"] == "/opt/py"
 
 
-@pytest.mark.spark  # starts this process's SparkSession (a JVM)
-def test_the_running_session_uses_this_interpreter_for_its_workers():
-    # The one session of this test process (started here or by another module's get_session).
-    spark = get_session(Spark(master="local[2]"))
-    assert spark.conf.get("spark.pyspark.python") == sys.executable
-    where = udf(lambda _: sys.executable, useArrow=False)
-    assert spark.range(1).select(where("id")).first()[0] == sys.executable
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
+def test_the_running_context_uses_this_interpreter_for_its_workers():
+    # The one context of this test process (started here or by another module's get_context).
+    context = get_context(Spark(master="local[2]"))
+    assert context.getConf().get("spark.pyspark.python") == sys.executable
+    assert _in_a_worker(lambda: sys.executable) == sys.executable
 
 
-@pytest.mark.spark  # starts this process's SparkSession (a JVM)
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
 def test_local_workers_import_the_installed_pyspark_not_its_zip():
-    spark = get_session(Spark(master="local[2]"))
-    assert spark.conf.get("spark.python.daemon.module") == "exporter.pipeline.daemon"
+    context = get_context(Spark(master="local[2]"))
+    assert context.getConf().get("spark.python.daemon.module") == "exporter.pipeline.daemon"
     import pyspark
 
-    where = udf(lambda _: __import__("pyspark").__file__, useArrow=False)
-    seen = spark.range(1).select(where("id")).first()[0]
+    seen = _in_a_worker(lambda: __import__("pyspark").__file__)
     assert seen == pyspark.__file__ and ".zip" not in seen
 
 
-@pytest.mark.spark  # starts this process's SparkSession (a JVM)
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
 def test_local_workers_run_arrow_tasks_without_pandas():
-    """pyarrow would import pandas (~30 MB a worker) on its first `pa.array`."""
-    spark = get_session(Spark(master="local[2]"))
+    """pyarrow would import pandas (~30 MB a worker) on its first `pa.array`, where it is
+    installed (a user's venv may have it for other reasons)."""
+    def task() -> tuple[str, int]:
+        made = pa.array([1, 2])  # what imports pandas when it can
+        try:
+            import pandas  # noqa: F401
+            found = "imported"
+        except ImportError:
+            found = "refused"
+        return found, len(made)
 
-    def task(batches):
-        for _ in batches:
-            made = pa.array([1, 2])  # what imports pandas when it can
-            try:
-                import pandas  # noqa: F401
-                found = "imported"
-            except ImportError:
-                found = "refused"
-            yield pa.record_batch([pa.array([found]), pa.array([len(made)])],
-                                  names=["pandas", "made"])
-
-    out = spark.range(1).mapInArrow(task, "pandas string, made long").toArrow().to_pylist()
-    assert out == [{"pandas": "refused", "made": 2}]
+    assert _in_a_worker(task) == ("refused", 2)
 
 
 def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path, monkeypatch):
@@ -220,9 +219,9 @@ def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path,
     assert stamp.stat().st_mtime >= now - 1
 
 
-@pytest.mark.spark  # starts this process's SparkSession (a JVM)
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
 def test_starting_the_session_leaves_the_sigint_handler_alone():
-    get_session(Spark(master="local[2]"))
+    get_context(Spark(master="local[2]"))
     handler = signal.getsignal(signal.SIGINT)
     assert not getattr(handler, "__module__", "").startswith("pyspark"), handler
 
@@ -269,24 +268,19 @@ def test_a_task_hands_the_heaps_free_pages_back_to_the_os():
     assert untrimmed - _heap_resident_kb() >= 16 << 10
 
 
-@pytest.mark.spark  # starts this process's SparkSession (a JVM)
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
 def test_local_workers_trim_after_each_task():
-    spark = get_session(Spark(master="local[2]"))
-    main = udf(lambda _: __import__("pyspark.worker").worker.main.__qualname__, useArrow=False)
-    assert spark.range(1).select(main("id")).first()[0] == "trimmed.<locals>.task"
+    seen = _in_a_worker(lambda: __import__("pyspark.worker").worker.main.__qualname__)
+    assert seen == "trimmed.<locals>.task"
 
 
-@pytest.mark.spark  # starts this process's SparkSession (a JVM)
-def test_the_driver_keeps_only_a_few_finished_jobs_and_sql_executions():
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
+def test_the_driver_keeps_only_a_few_finished_jobs():
     """Spark's defaults keep 1,000 of each: the driver's heap would grow for 1,000 cycles."""
-    spark = get_session(Spark(master="local[2]"))
+    context = get_context(Spark(master="local[2]"))
     for _ in range(FINISHED_KEPT + 15):
-        spark.range(2).toArrow()  # one SQL execution and one job, as a cycle's `toArrow`
-    status = spark._jsparkSession.sharedState().statusStore()
-    tracker = spark.sparkContext.statusTracker()
+        context.parallelize(range(2), 2).collect()  # one job, as a cycle runs
+    tracker = context.statusTracker()
 
-    def kept() -> tuple[int, int]:  # the store forgets on a thread of its own
-        return len(tracker.getJobIdsForGroup(None)), status.executionsCount()
-
-    poll(kept, "the status store trimmed", 30, 0.2,
-         until=lambda n: max(n) <= FINISHED_KEPT)
+    poll(lambda: len(tracker.getJobIdsForGroup(None)), "the status store trimmed", 30, 0.2,
+         until=lambda n: n <= FINISHED_KEPT)  # it forgets on a thread of its own
