@@ -22,7 +22,8 @@ started from it (`-Xshare:on`, in a process of its own) and only at the size it 
 (a `.size` stamp beside it); and a session that will not start with it starts without it,
 the archive set aside (session.py). A start from an archive touches its stamp; when a new
 one is made, the archives made before for the same Spark install (the stamp names it) are
-deleted, and those of other JDKs and PySparks unused for 30 days.
+deleted, those of other JDKs and PySparks unused for 30 days, and the least recently used
+beyond `KEPT`.
 """
 
 from __future__ import annotations
@@ -46,9 +47,13 @@ T = TypeVar("T")
 # The kind of job an archive's classes were loaded by (`make`): a new kind names new archives.
 TRAINED_ON = "rdd-python-tasks"
 MAKING_SECONDS = 600  # a partial archive older than this was left by a maker that died
-# Another JDK's or PySpark's archive (~160 MB each) no start has used for this long is
+# Another JDK's or PySpark's archive (~70 MB each) no start has used for this long is
 # deleted when a new one is made: an upgrade would otherwise leave one behind each time.
 UNUSED_SECONDS = 30 * 86400
+# ... and beyond this many archives in all, the least recently used go too: every fresh
+# clone's venv is a Spark install of its own (23 archives, 3.4 GB, were found on a machine
+# that clones for CI, each kept for 30 days).
+KEPT = 3
 
 
 def _java() -> str:
@@ -137,12 +142,13 @@ def used(path: Path) -> None:
 
 def prune(keep: Path, now: float) -> list[Path]:
     """Delete the other archives beside `keep` made for the same Spark install (its files
-    have changed since: no JVM will map them again), and those no start used for
-    `UNUSED_SECONDS` (an unverified one, without a stamp, once older than that too); what
-    was deleted. Two installs sharing the cache each keep theirs while they start now and
-    then; one reinstalled every day keeps one, not thirty (~150 MB each)."""
+    have changed since: no JVM will map them again), those no start used for
+    `UNUSED_SECONDS` (an unverified one, without a stamp, once older than that too), and
+    the least recently used beyond `KEPT` in all; what was deleted. Two installs sharing
+    the cache each keep theirs while they start now and then; one reinstalled every day
+    keeps one, not thirty."""
     home = _spark_home()
-    gone = []
+    gone, kept = [], []
     for other in keep.parent.glob("spark-*.jsa"):
         if other == keep:
             continue
@@ -150,11 +156,15 @@ def prune(keep: Path, now: float) -> list[Path]:
         try:
             last = (_stamp(other) if stamped else other).stat().st_mtime
             replaced = stamped and _stamped(other)[1] == home
-            if replaced or now - last > UNUSED_SECONDS:
-                set_aside(other)
-                gone.append(other)
         except (OSError, ValueError):
             continue
+        if replaced or now - last > UNUSED_SECONDS:
+            gone.append(other)
+        else:
+            kept.append((last, other))
+    gone += [other for _, other in sorted(kept, reverse=True)[KEPT - 1:]]
+    for other in gone:
+        set_aside(other)
     return gone
 
 

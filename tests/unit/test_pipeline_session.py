@@ -180,6 +180,7 @@ def test_the_archive_is_named_for_the_jars_the_jvm_checks_it_against(tmp_path, m
 
 def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(jvmarchive, "KEPT", 10)  # the count's own test is below
     current = jvmarchive.archive_path()
     current.parent.mkdir()
     now = time.time()
@@ -219,6 +220,32 @@ def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path,
     os.utime(stamp, (now - 40 * day,) * 2)
     jvmarchive.used(current)  # a start from it: it counts as used now
     assert stamp.stat().st_mtime >= now - 1
+
+
+def test_beyond_a_few_archives_the_least_recently_used_go(tmp_path, monkeypatch):
+    """Each fresh clone's venv is a Spark install of its own: a machine that clones for CI
+    gathered 23 archives (3.4 GB) within the 30 days."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    current = jvmarchive.archive_path()
+    current.parent.mkdir()
+    current.write_bytes(b"jsa")
+    now = time.time()
+    others = []
+    for days in (3, 1, 9, 2, 5):  # each a clone's, its last start `days` ago
+        path = current.with_name(f"spark-4.3.0-{days:012d}.jsa")
+        path.write_bytes(b"jsa")
+        stamp = path.with_name(path.name + ".size")
+        stamp.write_text(f"3\n/tmp/clone-{days}/.venv/lib/pyspark\n")
+        os.utime(stamp, (now - days * 86400,) * 2)
+        os.utime(path, (now - 20 * 86400,) * 2)  # made long ago: the stamp says when used
+        others.append(path)
+    gone = jvmarchive.prune(current, now)
+    assert sorted(p.name for p in gone) == sorted(
+        f"spark-4.3.0-{d:012d}.jsa" for d in (3, 9, 5))
+    assert sorted(p.name for p in current.parent.glob("*.jsa")) == sorted(
+        [current.name] + [f"spark-4.3.0-{d:012d}.jsa" for d in (1, 2)])
+    assert not any(current.parent.glob("*000000000009.jsa.size"))  # stamps go with them
+    assert jvmarchive.KEPT == 3
 
 
 @pytest.mark.spark  # starts this process's SparkContext (a JVM)
