@@ -119,7 +119,7 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
         worker = threading.Thread(target=_workload, args=(broker.service_url, stop), daemon=True)
         worker.start()
         print(f"exporter {server.url}/metrics   status {server.url}/api/v1/status")
-        print("starting Spark (about 10 s; the first time on a machine, 20 s) ... Ctrl-C to "
+        print("starting Spark (about 5 s; the first time on a machine, a few more) ... Ctrl-C to "
               "stop\n", flush=True)
 
         decided = 0

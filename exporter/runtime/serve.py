@@ -71,7 +71,7 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
     ready(server.url)
     try:
         if not scheduler.stopping:
-            # Spark's start (10 s and more) is no check: keep it out of the first check's
+            # Spark's start (seconds) is no check: keep it out of the first check's
             # duration, so a restart does not look like a slow check to the alert rules.
             from exporter.pipeline.session import get_context
 
