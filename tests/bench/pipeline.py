@@ -117,14 +117,14 @@ def _serve(bodies_dir: Path) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, int]:
+def _cycle(context, urls: list[str], repeat: int) -> tuple[float, float, float, int]:
     """(first cycle seconds, then job and merge seconds, medians), and the topics found."""
     from exporter.config.model import BrokerSource
     from exporter.pipeline.merge import merge, release_unused
     from exporter.pipeline.scrape import BrokerScrape, on_spark
 
     sources = [BrokerSource(u, 600.0) for u in urls]
-    scrape = BrokerScrape(sources, on_spark(spark, sources))
+    scrape = BrokerScrape(sources, on_spark(context, sources))
     jobs, merges = [], []
     topics, first = 0, 0.0
     for i in range(repeat + 1):
@@ -147,7 +147,7 @@ def _cycle(spark, urls: list[str], repeat: int) -> tuple[float, float, float, in
     return first, statistics.median(jobs), statistics.median(merges), topics
 
 
-def per_body(spark, sizes: list[int], repeat: int, workdir: Path) -> None:
+def per_body(context, sizes: list[int], repeat: int, workdir: Path) -> None:
     from exporter.pipeline.parse import parse_text
     from exporter.pipeline.tables import source_tables
 
@@ -168,7 +168,7 @@ def per_body(spark, sizes: list[int], repeat: int, workdir: Path) -> None:
         own = min(_timed(lambda d=data: source_tables([parse_text(d)])) for _ in range(repeat))
         server, url = _serve(workdir)
         try:
-            first, job, merge_s, _ = _cycle(spark, [f"{url}/{path.name}"], repeat)
+            first, job, merge_s, _ = _cycle(context, [f"{url}/{path.name}"], repeat)
         finally:
             server.terminate()
         cycle = job + merge_s
@@ -177,7 +177,7 @@ def per_body(spark, sizes: list[int], repeat: int, workdir: Path) -> None:
               f"| {samples / cycle:,.0f} |", flush=True)
 
 
-def fleet(spark, totals: list[int], brokers: int, repeat: int, workdir: Path) -> None:
+def fleet(context, totals: list[int], brokers: int, repeat: int, workdir: Path) -> None:
     print(f"\n### A fleet of {brokers} brokers\n")
     print("| topics | samples | GB | job s | merge s | samples/s | driver MB | JVM MB "
           "| Python workers MB |")
@@ -193,7 +193,7 @@ def fleet(spark, totals: list[int], brokers: int, repeat: int, workdir: Path) ->
         _reset_hwm()  # the driver's peak from here on: the cycles', not the bodies' making
         server, url = _serve(folder)
         try:
-            _, job, merge_s, topics = _cycle(spark, [f"{url}/b{b}.prom" for b in range(brokers)],
+            _, job, merge_s, topics = _cycle(context, [f"{url}/b{b}.prom" for b in range(brokers)],
                                           max(1, repeat - 2))
         finally:
             server.terminate()
@@ -327,13 +327,13 @@ def main() -> None:
     from exporter.pipeline.session import get_context
 
     t0 = time.perf_counter()
-    spark = get_context(Spark(master=args.master))
+    context = get_context(Spark(master=args.master))
     print(f"Spark context start: {time.perf_counter() - t0:.1f} s ({args.master}, "
           f"{os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory(prefix="pqe-bench-") as tmp:
-        per_body(spark, [int(s) for s in args.sizes.split(",") if s], args.repeat, Path(tmp))
+        per_body(context, [int(s) for s in args.sizes.split(",") if s], args.repeat, Path(tmp))
         if args.fleet:
-            fleet(spark, [int(s) for s in args.fleet.split(",")], args.brokers, args.repeat,
+            fleet(context, [int(s) for s in args.fleet.split(",")], args.brokers, args.repeat,
                   Path(tmp))
     if args.engine:
         engine([int(s) for s in args.engine.split(",")], args.brokers)

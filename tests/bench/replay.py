@@ -82,7 +82,7 @@ def main() -> None:
     config = parse({"cluster": "bench", "sources": {"brokers": [{"url": URL}]},
                     "backlog_quotas": {"default": {"limit_time": "1h", "limit_size": "1GiB"}},
                     "spark": {"master": opts.master}}, "bench.yaml")
-    spark = get_context(config.spark)
+    context = get_context(config.spark)
     print(f"\n### Replay on {opts.master}, {opts.topics} topics per snapshot\n")
     print("| snapshots | seconds | snapshots/s | parse job s | engine s |")
     print("|---:|---:|---:|---:|---:|")
@@ -92,10 +92,10 @@ def main() -> None:
             _record(Path(tmp), body, count)
             cycles = list(read_cycles(tmp))
             if warm:  # the first job pays for the Python workers' start
-                parse_all(cycles[:1], config.filters.topics, spark)
+                parse_all(cycles[:1], config.filters.topics, context)
                 warm = False
             t0 = time.perf_counter()
-            tables = parse_all(cycles, config.filters.topics, spark)
+            tables = parse_all(cycles, config.filters.topics, context)
             t1 = time.perf_counter()
             docs = list(replay_cycles(config, cycles, tables))
             t2 = time.perf_counter()
