@@ -5,7 +5,7 @@ watch API, and it sees what a stat would miss, such as Kubernetes swapping a Con
 symlink). A change is validated like at start-up; a config that fails validation is
 logged, counted and ignored, and the running config stays until the file changes again.
 
-Settings bound at start-up (the listen address, TLS and auth, the Spark session, the
+Settings bound at start-up (the listen address, TLS and auth, the Spark context, the
 check interval that paces the scheduler) keep their running values; the reload says which
 of them changed so the log can ask for a restart.
 """

@@ -2,7 +2,7 @@
 (tests/harness/apache_pulsar.py): its own broker, not the session's, since it is stopped.
 
 The broker side runs the pipeline's own task code in process (`pipeline.scrape.in_process`,
-no Spark session): the same streamed fetch, failure classification and last-good tables a
+no Spark context): the same streamed fetch, failure classification and last-good tables a
 Spark task gives `BrokerScrape`. The admin side is the exporter's own `AdminSide`.
 A restart reuses the broker's ports and data directory (`ApachePulsar.start` keeps both),
 so the exporter's configured URLs stay right, as they would for a restarted pod.

@@ -6,7 +6,7 @@ the archive was good. A jar reinstalled since (same name, new modification time)
 the JVM refuses an archive for, silently without `-Xshare:on`: the archive's name changes
 with it, so no start is handed a stale one, and a start handed one all the same says so.
 And an archive gone bad after it was made (truncated: JDK 17 dies of SIGBUS mapping it)
-costs a warning, not the start: the session starts without it.
+costs a warning, not the start: the context starts without it.
 
 The Spark install here is PySpark's, linked file by file into `SPARK_HOME`, so that one jar
 can be reinstalled without touching the venv's."""
@@ -104,7 +104,7 @@ def test_the_archive_is_made_once_then_mapped_by_the_next_jvm(tmp_path: Path) ->
     assert f"A jar file is not the one used while building the shared archive file: {jar}" \
         in refused.stdout + refused.stderr
     # Were it named right all the same (a cause the name misses), the JVM would start
-    # without it, silently: the session says so.
+    # without it, silently: the context says so.
     misnamed = Path(_archive_path(env))
     shutil.copy(archive, misnamed)
     misnamed.with_name(misnamed.name + ".size").write_text(str(archive.stat().st_size))

@@ -5,7 +5,7 @@ A Master and a Worker are started from the venv's own pyspark (tests/harness/spa
 the worker in its own mount namespace with a private /tmp. Four broker endpoints are served
 on loopback: the recorded Apache Pulsar body, two synthetic brokers, and one of them again
 (every topic reported twice: de-duplicated). `check --once` runs in a subprocess per master
-(a process has one Spark session), and their JSON documents must agree.
+(a process has one Spark context), and their JSON documents must agree.
 """
 
 from __future__ import annotations
