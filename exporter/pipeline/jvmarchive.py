@@ -3,7 +3,8 @@
 Starting Spark is mostly loading and verifying its classes: measured on 2 cores, a local
 session took 9.1 s and its first SQL job 3.3 s; with an archive of the classes those load
 (`-XX:SharedArchiveFile`, JDK 13+), 4.6 s and 1.5 s. (A context and its first RDD job, as
-cycles run now: 5.1 s and 2.2 s, and 2.3-2.8 s and 1.1-1.5 s from an archive.) The
+cycles run now, from the process's start: ready at 5.1 s and the job 2.2 s after, one run
+without an archive; 2.3-2.8 s and 1.1-1.5 s, three runs from one.) The
 archive (about 70 MB; 150 MB while cycles ran Spark SQL) belongs to
 one JDK and one class path, so it is made on this machine: after the exporter's first
 cycle, if there is none yet, a child process (`python -m exporter.pipeline.jvmarchive`,
