@@ -72,9 +72,10 @@ def trimmed(main: Callable[[BinaryIO, BinaryIO], None]) -> Callable[[BinaryIO, B
     threshold instead (`mallopt`) kept the heap small too, but mmapped every numpy
     temporary of a large body afresh: a 10k-topic cycle took 2.38 s, not 1.73 s.
 
-    Arrow's buffers come from its own pool (mimalloc), which keeps freed pages for reuse:
-    released too after each task, the two workers of `run` at 1k topics hold 102 MB PSS,
-    not 139 (tests.bench.footprint, two runs of 60 s each, 2026-11-27)."""
+    Arrow's pool is released too (with Arrow's default pool, mimalloc, the two workers of
+    `run` at 1k topics held 102 MB PSS, not 139: tests.bench.footprint, two runs of 60 s each,
+    2026-11-27). The exporter's processes use the system pool now (exporter/__init__.py), whose
+    release is a trim again: it matters for an operator who chooses another."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
 
     def task(infile: BinaryIO, outfile: BinaryIO) -> None:
@@ -83,7 +84,7 @@ def trimmed(main: Callable[[BinaryIO, BinaryIO], None]) -> Callable[[BinaryIO, B
         finally:
             if trim is not None:  # glibc's; another C library keeps its own ways
                 trim(0)
-            arrow = sys.modules.get("pyarrow")  # Arrow's own pool (mimalloc) keeps its pages too
+            arrow = sys.modules.get("pyarrow")  # Arrow's pool, if not the system one
             if arrow is not None:
                 arrow.default_memory_pool().release_unused()
 

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import subprocess
 import sys
 import time
 import zipfile
@@ -114,6 +115,25 @@ def test_local_workers_import_the_installed_pyspark_not_its_zip():
 
     seen = _in_a_worker(lambda: __import__("pyspark").__file__)
     assert seen == pyspark.__file__ and ".zip" not in seen
+
+
+def test_the_exporter_takes_arrows_buffers_from_malloc_unless_told_otherwise():
+    """mimalloc, Arrow's default pool, commits an arena in each process that allocates and
+    keeps what it freed (exporter/__init__.py): the exporter's entry point sets the system
+    pool before pyarrow loads; an operator's own choice stands."""
+    probe = ("import exporter.cli, pyarrow as pa; "
+             "print(pa.default_memory_pool().backend_name)")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    for chosen, expected in ((None, "system"), ("mimalloc", "mimalloc")):
+        run_env = env if chosen is None else {**env, "ARROW_DEFAULT_MEMORY_POOL": chosen}
+        out = subprocess.run([sys.executable, "-c", probe], env=run_env, check=True,
+                             capture_output=True, text=True).stdout.strip()
+        assert out == expected
+
+
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
+def test_local_workers_take_arrows_buffers_from_malloc():
+    assert _in_a_worker(lambda: pa.default_memory_pool().backend_name) == "system"
 
 
 @pytest.mark.spark  # starts this process's SparkContext (a JVM)
