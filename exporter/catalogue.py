@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from exporter.actions.lease import LeaseState
-from exporter.actions.orders import EvictionFailure
+from exporter.actions.orders import EvictionFailure, LeaseState
 from exporter.config.model import Allocator
 from exporter.sources.model import QuotaType, ScrapeError
 from exporter.transport.codec import WireReject

@@ -12,10 +12,9 @@ Two ways to the cluster, chosen by `evictor_for(config)`:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from exporter.actions.admin import AdminEvictor
-from exporter.actions.binary import BinaryEvictor
-from exporter.actions.lease import EnforcerLease
 from exporter.actions.orders import (
     EvictionFailure,
     EvictionOrder,
@@ -26,6 +25,9 @@ from exporter.actions.orders import (
 )
 from exporter.config.model import Config
 from exporter.transport.client import client_options
+
+if TYPE_CHECKING:
+    from exporter.actions.lease import EnforcerLease
 
 
 class Unconfigured:
@@ -43,6 +45,8 @@ def evictor_for(config: Config, *, timeout: float = 5.0) -> Evictor:
     if sources.admin is not None:
         return AdminEvictor(sources.admin)
     if sources.service_url:
+        from exporter.actions.binary import BinaryEvictor  # pulsar-client: only when used
+
         return BinaryEvictor(sources.service_url, timeout=timeout,
                              client_options=client_options(sources))
     return Unconfigured()
@@ -53,6 +57,8 @@ def lease_for(config: Config, *, timeout: float = 5.0) -> EnforcerLease | None:
     requires); None in a dry run, where nothing needs excluding."""
     if not config.backlog_quotas.enforce or not config.sources.service_url:
         return None
+    from exporter.actions.lease import EnforcerLease  # pulsar-client: only when enforcing
+
     return EnforcerLease(config.sources.service_url, config.backlog_quotas.lock_topic,
                          config.resource_group_engine.participant, timeout=timeout,
                          client_options=client_options(config.sources))

@@ -24,32 +24,15 @@ import json
 import logging
 import math
 import socket
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import pulsar
 
+from exporter.actions.orders import LeaseState, LeaseView
+
 log = logging.getLogger(__name__)
 _CLIENT_LOG = logging.getLogger(__name__ + ".client")  # the C++ client's own chatter
 _CLIENT_LOG.setLevel(logging.CRITICAL)  # we say what a refusal means ourselves
-
-
-class LeaseState(StrEnum):
-    """The `state` label values of pulsar_quota_exporter_enforcer."""
-
-    HOLDING = "holding"  # this instance evicts
-    STANDING_BY = "standing_by"  # another instance holds the lease, or none can be had now
-    UNFENCED = "unfenced"  # the broker does not honour exclusive producers: we evict alone
-
-
-@dataclass(frozen=True)
-class LeaseView:
-    """What the exposition publishes about the lease."""
-
-    state: LeaseState
-    acquired: int
-    lost: int
 
 
 class EnforcerLease:

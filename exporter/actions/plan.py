@@ -16,8 +16,8 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from exporter.actions.lease import EnforcerLease
 from exporter.actions.orders import (
     EvictionFailed,
     EvictionFailure,
@@ -30,6 +30,9 @@ from exporter.actions.orders import (
 from exporter.engine.decide import Decisions
 from exporter.engine.systemtopics import is_system_cursor
 from exporter.pipeline.model import Aggregates
+
+if TYPE_CHECKING:  # pulsar-client, loaded only by an instance that enforces
+    from exporter.actions.lease import EnforcerLease
 
 log = logging.getLogger(__name__)
 

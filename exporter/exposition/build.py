@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeGuard
 
 from exporter import __version__
-from exporter.actions.lease import LeaseState, LeaseView
+from exporter.actions.orders import LeaseState, LeaseView
 from exporter.actions.plan import Acted
 from exporter.catalogue import CHECK_DURATION_BUCKETS
 from exporter.config.model import RetentionPolicy

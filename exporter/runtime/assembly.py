@@ -18,16 +18,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from exporter.actions.evict import evictor_for, lease_for
-from exporter.actions.lease import EnforcerLease
 from exporter.actions.orders import Evictor
 from exporter.config.model import Config, PolicySource
 from exporter.engine.brokersplits import BrokerSplits, Counts, Entry, Report, java_long
 from exporter.engine.decide import Decider
 from exporter.pipeline.tables import BrokerSide
-from exporter.runtime.exchange import UsageExchange
 from exporter.server.http import PublishedState
 from exporter.sources.adminside import AdminSide, SnapshotSource
 from exporter.sources.brokerreports import BrokerReports, ReceivedReport
@@ -36,6 +34,10 @@ from exporter.sources.model import Snapshot, SourceHealth
 from exporter.transport.client import client_options
 from exporter.transport.codec import WireReport
 from exporter.transport.pulsarwire import NetworkUsage
+
+if TYPE_CHECKING:  # pulsar-client, loaded only by an instance that enforces or exchanges
+    from exporter.actions.lease import EnforcerLease
+    from exporter.runtime.exchange import UsageExchange
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +226,7 @@ def exchange_for(config: Config, clock: Clock) -> UsageExchange | None:
         log.warning("no sources.service_url: resource-group quotas are computed from this "
                     "instance's usage only")
         return None
+    from exporter.runtime.exchange import UsageExchange
     from exporter.transport.channel import UsageChannel
 
     engine = config.resource_group_engine

@@ -17,11 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import NamedTuple, Unpack
+from typing import TYPE_CHECKING, NamedTuple, Unpack
 
 import pyarrow as pa
 
-from exporter.actions.lease import EnforcerLease
 from exporter.actions.plan import Enforcement, consumers_seen
 from exporter.config.model import Config, ResourceGroup
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
@@ -48,6 +47,9 @@ from exporter.server.http import PublishedState
 from exporter.sources.brokerreports import BrokerReports, BrokerReportsView
 from exporter.sources.model import Snapshot
 from exporter.transport.codec import WireReport
+
+if TYPE_CHECKING:  # pulsar-client, loaded only by an instance that enforces
+    from exporter.actions.lease import EnforcerLease
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from exporter.config.model import Config
 from exporter.engine.usage import Usage, UsageReport
-from exporter.transport.channel import NotSent, UsageChannel
 from exporter.transport.codec import MAX_SEQUENCE, Entry, Rates, Undecodable, WireReport, encode
 from exporter.transport.decoder import decode
 from exporter.transport.gate import (
@@ -31,6 +31,9 @@ from exporter.transport.gate import (
     initial_sequence,
 )
 from exporter.transport.signing import Keyring, Unsigned, unwrap
+
+if TYPE_CHECKING:  # pulsar-client: loaded by whoever opened the channel
+    from exporter.transport.channel import UsageChannel
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +145,8 @@ class UsageExchange:
             log.error("usage report %d not encodable: %s", report.sequence, e)
             return False
         self.gate.sent(report)
+        from exporter.transport.channel import NotSent  # loaded with the channel
+
         outcome = self.channel.send(payload)
         if isinstance(outcome, NotSent):
             log.warning("usage report %d not sent: %s", report.sequence, outcome)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pulsar
-
 from exporter.config.model import Sources
 
 
 def client_options(sources: Sources) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if sources.service_token_file is not None:
+        import pulsar  # here: no other client option needs pulsar-client loaded
+
         path = Path(sources.service_token_file)
         options["authentication"] = pulsar.AuthenticationToken(
             lambda: path.read_text().strip())

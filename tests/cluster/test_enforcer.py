@@ -7,7 +7,7 @@ other broker (the admin REST redirects to the owner), cutting it once.
 
 from __future__ import annotations
 
-from exporter.actions.lease import LeaseState
+from exporter.actions.orders import LeaseState
 from exporter.runtime.cycle import Exporter
 from tests.cluster.helpers import exporter_for, namespace, one_topic_per_broker, unload
 from tests.harness.apache_cluster import ApacheCluster

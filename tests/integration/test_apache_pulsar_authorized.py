@@ -34,8 +34,13 @@ from pathlib import Path
 import pytest
 
 from exporter.actions.binary import BinaryEvictor
-from exporter.actions.lease import LeaseState
-from exporter.actions.orders import EvictionFailed, EvictionFailure, EvictionOrder, Performed
+from exporter.actions.orders import (
+    EvictionFailed,
+    EvictionFailure,
+    EvictionOrder,
+    LeaseState,
+    Performed,
+)
 from exporter.config.load import parse
 from exporter.config.model import AdminSource
 from exporter.runtime.cycle import CycleReport, Exporter

@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from exporter.actions.lease import LeaseState
+from exporter.actions.orders import LeaseState
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.exporter_config import live_exporter, one_broker

@@ -4,6 +4,8 @@ changed and closes what they replace. Nothing here connects anywhere."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -37,6 +39,31 @@ class FakeAdmin:
 class FakeBrokers:
     def run(self) -> Any:
         raise AssertionError("not run here")
+
+
+_PROBE = """
+import sys
+import exporter.cli, exporter.runtime.serve  # what the command imports
+from exporter.config.load import parse
+from exporter.runtime.cycle import Exporter
+
+sources = {"brokers": [{"url": "http://broker-1:8080/metrics"}]}
+if sys.argv[1] == "service_url":
+    sources["service_url"] = "pulsar://127.0.0.1:1"
+Exporter(parse({"cluster": "unit", "check_interval": "10s", "sources": sources}, "probe.yaml"))
+print("pulsar" in sys.modules)
+"""
+
+
+def test_only_an_exporter_given_a_service_url_loads_pulsar_client() -> None:
+    """pulsar-client is ~7 MB resident and ~20 ms of imports: an exporter that reads brokers
+    and admin only (no binary evictions, no lease, no usage exchange) never loads it."""
+    def loaded(sources: str) -> str:
+        return subprocess.run([sys.executable, "-c", _PROBE, sources], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    assert loaded("brokers") == "False"
+    assert loaded("service_url") == "True"  # the binary evictor is built with it
 
 
 def test_parts_given_are_used_the_others_built() -> None:
