@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from exporter import __version__, logs
+from exporter import __version__, logs, unneeded
 
 
 def _add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -87,6 +87,7 @@ def _load_or_exit(path: str, expand: bool = False):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    unneeded.refuse()
     args = _parser().parse_args(argv)
     _terminate_like_interrupt()
     if args.command == "validate-config":

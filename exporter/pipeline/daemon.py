@@ -13,7 +13,7 @@ imports nothing that starts a thread, as PySpark's own daemon requires of the co
 its fork. (Importing pyarrow, numpy and pandas there too was measured and dropped: with
 Arrow's jemalloc and numpy's OpenBLAS told to start no thread, it is safe, but the workers'
 PSS grew from 138 to 162 MB, the daemon holding a copy of its own, for 0.3 s less to the
-first cycle.) Its workers cannot import pandas at all (`_NoPandas`).
+first cycle.) Its workers refuse pandas and pyarrow.dataset (exporter/unneeded.py).
 
 Its workers hand the heap's free pages, and Arrow's pool's, back to the OS after each task
 (`trimmed`).
@@ -25,12 +25,13 @@ cluster's executors run their own Python and PySpark.
 from __future__ import annotations
 
 import ctypes
-import importlib.abc
 import importlib.util
 import os
 import sys
 from collections.abc import Callable
 from typing import BinaryIO
+
+from exporter import unneeded
 
 
 def _installed_first() -> None:
@@ -41,21 +42,6 @@ def _installed_first() -> None:
     sys.path[:] = rest
     if not all(importlib.util.find_spec(m) for m in ("pyspark", "py4j")):
         sys.path[:] = zips + rest  # not installed here: the zips it is
-
-
-class _NoPandas(importlib.abc.MetaPathFinder):
-    """pandas not importable in the workers. pyarrow imports it on its first `pa.array`,
-    only to ask whether the argument is a pandas object (its pandas shim, which takes an
-    ImportError as "no pandas"); the tasks here (the scrape, the replay, the
-    class-data archive's warm-up) hand it none, and PySpark's worker imports pandas only
-    for pandas UDFs. Measured on a 10-topic first job: a worker's PSS 128 -> 101 MB, the
-    job ~0.2 s sooner. (Nothing here needs pandas; a venv may hold it for other reasons.)"""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"No module named {name!r} in the exporter's Spark "
-                                      "workers (exporter.pipeline.daemon)", name=name)
-        return None
 
 
 def trimmed(main: Callable[[BinaryIO, BinaryIO], None]) -> Callable[[BinaryIO, BinaryIO], None]:
@@ -93,7 +79,7 @@ def trimmed(main: Callable[[BinaryIO, BinaryIO], None]) -> Callable[[BinaryIO, B
 
 if __name__ == "__main__":
     _installed_first()
-    sys.meta_path.insert(0, _NoPandas())
+    unneeded.refuse()
     import pyspark.worker  # (imported once, before the fork)
     from pyspark.daemon import manager
 
