@@ -11,5 +11,6 @@ __version__ = "0.1.0"  # the one place: pyproject.toml reads it ([tool.setuptool
 # what a task freed (a worker's PSS 108 -> 113-119 MB over 15 parses of a 1k-topic body, where
 # the system pool stayed at 104, trimmed after each). Measured side by side, 2026-11-28: `run`
 # at 1k topics, driver 91 -> 84 MB and workers 101 -> 96 MB; 1M topics on 100 brokers, the
-# driver's peak 960-965 -> 897 MB, the job 63-72 -> 56 s. Set the variable to choose another.
+# driver's peak 960-965 -> 897 MB (one run; its job took 56 s, 63-72 s in the runs before,
+# too few to say the pool made it faster). Set the variable to choose another.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")

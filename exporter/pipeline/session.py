@@ -63,8 +63,9 @@ PYTHON_KEY = "spark.pyspark.python"
 # 11.3 s measured), one GC thread's collector and a small initial heap (the default, 1/64
 # of the machine's memory, was 384 MB committed from the start: 400 MB resident, not 325),
 # whose young generation is 8 MB (a third of the heap by default: ~18 MB of it; measured at
-# 1k topics, 5 s cycles: two young collections a cycle, ~1 ms each, and a JVM of 175 MB PSS
-# against 184).
+# 1k topics, 5 s cycles: two young collections a cycle, ~2 ms each (jstat), and a JVM of
+# 175 MB PSS against 184 a minute after the start; over an hour it reached 201 MB, a growth
+# not traced yet: docs/design.md).
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m -Xmn8m "
                "-XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30")
 

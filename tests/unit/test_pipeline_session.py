@@ -119,8 +119,8 @@ def test_local_workers_import_the_installed_pyspark_not_its_zip():
 
 def test_the_exporter_takes_arrows_buffers_from_malloc_unless_told_otherwise():
     """mimalloc, Arrow's default pool, commits an arena in each process that allocates and
-    keeps what it freed (exporter/__init__.py): the exporter's entry point sets the system
-    pool before pyarrow loads; an operator's own choice stands."""
+    keeps what it freed: importing the package (exporter/__init__.py) sets the system pool
+    before pyarrow loads; an operator's own choice stands."""
     probe = ("import exporter.cli, pyarrow as pa; "
              "print(pa.default_memory_pool().backend_name)")
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
