@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import pyspark
-from pyspark.find_spark_home import _find_spark_home
+
+from exporter.pipeline import sparkhome
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,9 +67,8 @@ def _java() -> str:
 
 
 def _spark_home() -> str:
-    """The Spark install a session here starts from (pyspark's own search: `$SPARK_HOME`,
-    else PySpark's package)."""
-    return os.path.realpath(_find_spark_home())
+    """The Spark install a local session here starts from (sparkhome.py)."""
+    return str(sparkhome.local_home())
 
 
 def _checked_files() -> list[Path]:
@@ -88,7 +88,6 @@ def archive_path() -> Path:
     checks it against, each by path, size and modification time, so a changed one means a
     new archive (made after the first cycle), never a stale one ignored at every start;
     and for the job that trained it (`TRAINED_ON`)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     stamps = [TRAINED_ON]
     for f in _checked_files():
         try:
@@ -97,7 +96,7 @@ def archive_path() -> Path:
         except OSError:
             stamps.append(f"{f}:-")
     key = hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:12]
-    return Path(base) / "pulsar-quota-exporter" / f"spark-{pyspark.__version__}-{key}.jsa"
+    return sparkhome.cache_dir() / f"spark-{pyspark.__version__}-{key}.jsa"
 
 
 def use_flags(path: Path) -> str:

@@ -13,7 +13,8 @@ Defaults suit an exporter sidecar: a loopback-bound driver for local masters (wi
 the block manager advertises the host's non-loopback address, which sandboxes and laptops
 often cannot reach), this process's own Python for local Python workers (a venv's, not
 whatever `python3` is first on PATH), Python workers reused between cycles (their imports
-stay warm), no UI and little history of finished jobs, quiet logs. `Spark.conf` from the
+stay warm), no UI and little history of finished jobs, quiet logs, and for local masters a
+JVM started from Spark Core's jars only (sparkhome.py). `Spark.conf` from the
 config is applied after them, so an operator can override any of them (a cluster master,
 executor memory, ...).
 
@@ -47,7 +48,7 @@ from pyspark import SparkConf, SparkContext
 
 import exporter
 from exporter.config.model import Spark
-from exporter.pipeline import jvmarchive
+from exporter.pipeline import jvmarchive, sparkhome
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,10 @@ def get_context(cfg: Spark) -> SparkContext:
                 # PySpark started from Python takes the workers' Python from this variable
                 # only (SparkContext.pythonExec); the conf key alone is not read.
                 os.environ["PYSPARK_PYTHON"] = conf[PYTHON_KEY]
-            with keeping_sigint_handler():
+            # A local JVM starts from Spark Core's jars only (sparkhome.py); a cluster's
+            # driver from PySpark's install, or the operator's.
+            home = sparkhome.local_home() if local_cores(cfg.master) is not None else None
+            with keeping_sigint_handler(), sparkhome.launching_from(home):
                 _context = _started(conf)
             _context.setLogLevel(_context.getConf().get("spark.log.level") or "ERROR")
             _quiet_accumulator_server(_context)

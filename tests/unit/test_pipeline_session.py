@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.find_spark_home import _find_spark_home
 
 from exporter.config.model import Spark
-from exporter.pipeline import jvmarchive
+from exporter.pipeline import jvmarchive, sparkhome
 from exporter.pipeline.daemon import trimmed
 from exporter.pipeline.session import (
     FINISHED_KEPT,
@@ -160,7 +159,7 @@ def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path
     assert options == JVM_OPTIONS and "-Xms32m" in options  # no archive yet
     archive = jvmarchive.archive_path()
     assert archive.parent == tmp_path / "pulsar-quota-exporter"
-    archive.parent.mkdir()
+    archive.parent.mkdir(exist_ok=True)  # holding the Spark install's links already
     archive.write_bytes(b"made")
     assert session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"] == \
         JVM_OPTIONS  # not verified: no size stamp
@@ -202,11 +201,11 @@ def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path,
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(jvmarchive, "KEPT", 10)  # the count's own test is below
     current = jvmarchive.archive_path()
-    current.parent.mkdir()
+    current.parent.mkdir(exist_ok=True)  # holding the Spark install's links already
     now = time.time()
     day = 86400
 
-    here = os.path.realpath(_find_spark_home())
+    here = jvmarchive._spark_home()  # the links to PySpark's (sparkhome.py)
 
     def archive(name: str, stamped_days_ago: float | None, made_days_ago: float,
                 home: str | None = None) -> Path:
@@ -229,7 +228,7 @@ def test_archives_of_other_jdks_unused_for_30_days_go_when_one_is_made(tmp_path,
     elsewhere = archive("spark-4.3.0-ffffffffffff.jsa", 1, 3, home="/opt/other/pyspark")
     (current.parent / "notes.txt").write_text("not an archive")
     assert sorted(jvmarchive.prune(current, now)) == sorted([old, unverified, replaced])
-    left = sorted(p.name for p in current.parent.iterdir())
+    left = sorted(p.name for p in current.parent.iterdir() if p.is_file())
     assert left == sorted([current.name, shared.name, shared.name + ".size",
                            elsewhere.name, elsewhere.name + ".size",
                            fresh_unverified.name, "notes.txt"])
@@ -247,7 +246,7 @@ def test_beyond_a_few_archives_the_least_recently_used_go(tmp_path, monkeypatch)
     gathered 23 archives (3.4 GB) within the 30 days."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     current = jvmarchive.archive_path()
-    current.parent.mkdir()
+    current.parent.mkdir(exist_ok=True)  # holding the Spark install's links already
     current.write_bytes(b"jsa")
     now = time.time()
     others = []
@@ -333,3 +332,17 @@ def test_the_driver_keeps_only_a_few_finished_jobs():
 
     poll(lambda: len(tracker.getJobIdsForGroup(None)), "the status store trimmed", 30, 0.2,
          until=lambda n: n <= FINISHED_KEPT)  # it forgets on a thread of its own
+
+
+@pytest.mark.spark  # starts this process's SparkContext (a JVM)
+def test_the_local_jvm_starts_from_spark_cores_jars_only():
+    """The jars of Spark's other modules are not on its class path (sparkhome.py): an open
+    jar's directory stays on the JVM's heap, 17 MB for all 279."""
+    context = get_context(Spark(master="local[2]"))
+    path = context._jvm.System.getProperty("java.class.path").split(os.pathsep)
+    jars = {Path(p).name for p in path if p.endswith(".jar")}
+    assert {j for j in jars if j.startswith(("spark-core_", "spark-network-common_", "py4j-"))}
+    assert not {j for j in jars if j.startswith(("spark-sql_", "spark-catalyst_", "hive-"))}
+    everything = {p.name for p in (sparkhome.pyspark_home() / "jars").glob("*.jar")}
+    assert jars < everything
+    assert all(p.startswith(str(sparkhome.local_home())) for p in path if p.endswith(".jar"))
