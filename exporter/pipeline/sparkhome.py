@@ -16,7 +16,7 @@ never left out. (Spark Core of 4.3.0 loads Ivy's classes at start-up and a new
 
 It links 151 of the 279 jars (8.8 MB of directories): the JVM held 165-166 MB PSS a minute
 after the start, against 177 (tests.bench.footprint, three runs each of the demo and of
-`run` at 1k topics, 2026-11-28), and the first cycle came no later.
+`run` at 1k topics, 2026-11-28), the first cycle's medians 2.4-2.6 s against 2.4-3.0.
 
 An operator's own `SPARK_HOME` is used as it is; so is PySpark's install when the cache
 cannot be written. A cluster's JVMs are not ours: only local masters use this.
