@@ -130,7 +130,6 @@ def local_home() -> Path:
         return pyspark_home()
 
 
-
 @contextmanager
 def launching_from(home: Path | None) -> Iterator[None]:
     """PySpark launches its JVM from `$SPARK_HOME`: `home` (if not None) while the block
