@@ -6,10 +6,12 @@ fleet is a hundred of them per check interval. So no step runs Python per line:
 1. the body is split at "\\n" into one zero-copy string array (`slices.split_lines`);
 2. lines of the families the exporter reads are picked first, by one anchored RE2 match
    (most of a Pulsar body is JVM, bookie and per-topic families it never reads);
-3. those lines are validated against the text format's grammar by one RE2 match (a DFA,
-   no captures);
-4. names, values and label pairs of valid lines are cut by byte arithmetic over the
-   buffer (`slices`), and only the eight labels the exporter reads are gathered.
+3. names, label sets, values and what follows them are cut by byte arithmetic over the
+   buffer (`slices`), and each piece is checked against its part of the text format's
+   grammar: the name is one of `FAMILIES`, the value and its ending are matched by RE2,
+   and a label set is matched, and its labels cut, once per distinct set (labelsets.py),
+   since a broker prints each set on ~30 families. A line fits the whole-line grammar
+   exactly when its pieces fit theirs (a property test holds the two together).
 
 What the parse tolerates, because real bodies have it: several expositions concatenated
 (a TYPE line twice, a family split apart, samples with no TYPE line), HELP/TYPE/other
@@ -37,8 +39,9 @@ import pyarrow.compute as pc
 
 from exporter.names import PARTITION_SUFFIX
 from exporter.pipeline import slices
+from exporter.pipeline.labelsets import LABELS, PLACEHOLDERS, label_columns
 from exporter.pipeline.model import TOPIC_ONLY, Level, MalformedReason
-from exporter.pipeline.otel import LABEL_ALIASES, OTEL_TOPIC_FAMILIES
+from exporter.pipeline.otel import OTEL_TOPIC_FAMILIES
 
 # Families the exporter reads, by the level whose labels they carry (model.Level).
 SUBSCRIPTION_FAMILIES: dict[str, str] = {
@@ -110,15 +113,6 @@ FAMILIES: tuple[str, ...] = tuple(sorted(
 _REPLICATION_CODES = pa.array([FAMILIES.index(f) for f, c in TOPIC_FAMILIES.items()
                                if c in REPLICATION_COLUMNS], pa.int32())
 
-# Labels read from kept samples; the others are ignored. OpenTelemetry's spellings of the
-# same labels fill the same columns (otel.LABEL_ALIASES).
-LABELS = ("cluster", "namespace", "topic", "partition", "subscription",
-          "consumer_name", "consumer_id", "remote_cluster")
-_SPELLINGS: dict[str, tuple[str, ...]] = {
-    label: (label, *(o for o, c in LABEL_ALIASES.items() if c == label)) for label in LABELS}
-assert max(len(s) for names in _SPELLINGS.values() for s in names) <= 24, \
-    "label names are matched by their length and bytes 0-8, 8-16 and the last 8"
-
 # --- the text format, in RE2 syntax (linear time: no backtracking to guard against) -------
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
@@ -127,16 +121,18 @@ _PAIR = rf"{_LABEL_NAME}[ \t]*=[ \t]*{_QUOTED}"
 _VALUE = (r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf(?:inity)?))"
           r"|(?i:nan)")
 _LABEL_SET = rf"[ \t]*(?:{_PAIR}(?:[ \t]*,[ \t]*{_PAIR})*[ \t]*,?[ \t]*)?"
-SAMPLE_LINE = (rf"^[ \t]*{_NAME}(?:[ \t]*\{{{_LABEL_SET}\}}[ \t]*|[ \t]+)(?:{_VALUE})"
-               r"(?:[ \t]+-?[0-9]+)?[ \t]*\r?\n?$")
+# A sample line is `[ \t]*NAME([ \t]*{LABEL_SET}[ \t]*|[ \t]+)VALUE([ \t]+-?[0-9]+)?[ \t]*\r?\n?`,
+# checked piece by piece (`_cut`): its name against FAMILIES, its label set (the first "{"
+# to the last "}") once per distinct set, its value, and what follows the value.
+_SET = rf"^\{{{_LABEL_SET}\}}$"
+_VALUE_ALONE = rf"^(?:{_VALUE})$"
+_AFTER_VALUE = r"^(?:[ \t]+-?[0-9]+)?[ \t]*\r?\n?$"  # a timestamp, blanks, the line's end
 _READ_FAMILY = "^[ \t]*(?:" + "|".join(FAMILIES) + ")[ \t{]"
 _COMMENT_OR_BLANK = r"^[ \t]*(?:#|\r?\n?$)"
 # A sample of a family not read: its shape is checked (name, braces, value), not its labels.
 _ANY_SAMPLE = rf"^[ \t]*{_NAME}(?:[ \t]*\{{.*\}}[ \t]*|[ \t]+)(?:{_VALUE})(?:[ \t]|\r?\n?$)"
 # One RE2 pass over the lines of families not read (one alternation, one DFA).
 _COMMENT_OR_SAMPLE = f"(?:{_COMMENT_OR_BLANK})|(?:{_ANY_SAMPLE})"
-_PLACEHOLDERS = "[\x00-\x03]"
-_ESCAPED_BACKSLASH, _ESCAPED_QUOTE = "\x00", "\x01"
 
 _S = pa.large_string()
 # One row per kept sample of a read family, labels raw: keys are built per entity
@@ -161,137 +157,93 @@ def parse_text(data: bytes | memoryview) -> Parsed:
     lines = slices.split_lines(data)
     read = pc.match_substring_regex(lines, _READ_FAMILY)
     other = lines.filter(pc.invert(read))
-    unreadable = pc.invert(pc.match_substring_regex(other, _COMMENT_OR_SAMPLE))
+    syntax = pc.sum(pc.invert(pc.match_substring_regex(other, _COMMENT_OR_SAMPLE))).as_py() or 0
     candidates = lines.filter(read)
-    valid = pc.match_substring_regex(candidates, SAMPLE_LINE)
     raw = np.frombuffer(data, np.uint8)
+    clean = None
     if len(raw) and raw.min() < 4:  # a placeholder byte somewhere: which lines
-        valid = pc.and_(valid, pc.invert(pc.match_substring_regex(candidates, _PLACEHOLDERS)))
-    syntax = pc.sum(unreadable).as_py() or 0
-    syntax += len(candidates) - (pc.sum(valid).as_py() or 0)
-    good = candidates.filter(valid)
+        clean = pc.invert(pc.match_substring_regex(candidates, PLACEHOLDERS))
     # A backslash anywhere in the piece (memchr on bytes: a comparison array cost 80 ms on
-    # a 65 MB body) sends the good lines through the unescaping; it is a no-op on others.
+    # a 65 MB body) sends the label sets through the unescaping; it is a no-op on others.
     escaped = b"\\" in data if isinstance(data, bytes) else bool((raw == ord("\\")).any())
-    samples, duplicates = _cut(good, escaped)
-    return Parsed(samples, {MalformedReason.SYNTAX: syntax,
+    samples, invalid, duplicates = _cut(candidates, clean, escaped)
+    return Parsed(samples, {MalformedReason.SYNTAX: syntax + invalid,
                             MalformedReason.DUPLICATE_LABEL: duplicates})
 
 
-def _cut(good: pa.LargeStringArray, escaped: bool) -> tuple[pa.Table, int]:
-    """Valid sample lines → SAMPLES rows, and how many named a label twice (left out).
-    `escaped`: whether the lines may hold a backslash."""
-    off, data = slices.buffers(good)
-    if escaped:  # quotes of the label syntax are then the only '"' left in a line
-        good = pc.replace_substring(good, "\\\\", _ESCAPED_BACKSLASH)
-        good = pc.replace_substring(good, '\\"', _ESCAPED_QUOTE)
-        good = pc.replace_substring(good, "\\n", "\n")
-        good = pc.replace_substring_regex(good, r"\\(.)", r"\1")
-        off, data = slices.buffers(good)
-    n = len(good)
+def _cut(lines: pa.LargeStringArray, clean: pa.BooleanArray | None, escaped: bool,
+         ) -> tuple[pa.Table, int, int]:
+    """Lines of read families → SAMPLES rows of the valid ones, how many are not valid, and
+    how many valid ones named a label twice (left out). `clean`: which lines hold no
+    placeholder byte (None: all); `escaped`: whether the lines may hold a backslash."""
+    off, data = slices.buffers(lines)
+    n = len(lines)
     start = slices.skip(data, off[:-1], off[1:], b" \t")
     end = slices.back(data, off[1:], start, b" \t\r\n")
-    brace_rel = pc.find_substring(good, "{").to_numpy(zero_copy_only=False)
-    braced = brace_rel >= 0
-    brace = off[:-1] + brace_rel
+    found = pc.find_substring(lines, "{").to_numpy(zero_copy_only=False)  # -1: none
+    braced, brace = found >= 0, off[:-1] + found
     name_end = slices.back(data, brace, start, b" \t")
     bare = np.flatnonzero(~braced)  # `name value`: the name ends at the first blank
     name_end[bare] = slices.until(data, start[bare], end[bare], b" \t")
+    # The set closes at the line's last "}": neither a value nor a timestamp holds one.
     closes = np.flatnonzero(data == ord("}"))
-    last_close = closes[np.maximum(np.searchsorted(closes, end, "left") - 1, 0)] \
-        if len(closes) else np.zeros(n, np.int64)
-    after_labels = np.where(braced, last_close + 1, name_end)
-    value_start = slices.skip(data, after_labels, end, b" \t")
+    close = closes[np.maximum(np.searchsorted(closes, end, "left") - 1, 0)] \
+        if len(closes) else brace
+    has_set = braced & (close > brace) & (close < end)
+    close = np.where(has_set, close, brace)
+    value_start = slices.skip(data, np.where(braced, close + 1, name_end), end, b" \t")
     value_end = slices.until(data, value_start, end, b" \t")
     names = slices.distinct(data, start, name_end)
     family = pc.take(pc.index_in(names.dictionary, pa.array(FAMILIES, _S)), names.indices)
-    values = pc.cast(slices.views(data, value_start, value_end), pa.float64())
-    labels, duplicate = _labels_per_set(data, brace, last_close, braced, escaped)
+    value_text = slices.views(data, value_start, value_end).cast(_S)
+    value_ok = pc.match_substring_regex(value_text, _VALUE_ALONE)
+    values = pc.cast(pc.if_else(value_ok, value_text, pa.scalar(None, _S)), pa.float64())
+    labels, set_ok, duplicate = _labels_per_set(data, brace, close, has_set, escaped)
+    valid = (family.is_valid().to_numpy(zero_copy_only=False)
+             & value_ok.to_numpy(zero_copy_only=False)
+             & _ends_well(data, value_end, off[1:]) & (set_ok | ~braced))
+    if clean is not None:
+        valid &= clean.to_numpy(zero_copy_only=False)
+    duplicate &= valid
     table = pa.table({"family": family.cast(pa.int32()), "value": values, **labels},
                      schema=SAMPLES)
-    return table.filter(pa.array(~duplicate)), int(duplicate.sum())
+    return table.filter(pa.array(valid & ~duplicate)), n - int(valid.sum()), int(duplicate.sum())
+
+
+def _ends_well(data: np.ndarray, value_end: np.ndarray, line_end: np.ndarray) -> np.ndarray:
+    """Whether what follows each value is `_AFTER_VALUE`: checked by RE2 only where it is
+    not just the line's end ("\\n", "\\r\\n" or nothing), as on most lines."""
+    after = line_end - value_end
+    first, second = data[value_end], data[value_end + 1]  # `data` is padded
+    ok = (after == 0) | ((after == 1) & (first == ord("\n"))) \
+        | ((after == 2) & (first == ord("\r")) & (second == ord("\n")))
+    rest = np.flatnonzero(~ok)
+    if len(rest):
+        tails = slices.views(data, value_end[rest], line_end[rest]).cast(_S)
+        ok[rest] = pc.match_substring_regex(tails, _AFTER_VALUE).to_numpy(zero_copy_only=False)
+    return ok
 
 
 def _labels_per_set(data: np.ndarray, brace: np.ndarray, close: np.ndarray,
-                    braced: np.ndarray, escaped: bool) -> tuple[dict[str, pa.Array], np.ndarray]:
-    """`_labels` of each line, worked out once per distinct label set: a broker prints the
-    same set on every series of an entity (~30 families per topic), so a body has a few
-    sets per topic, not one per sample. The sets are the lines' `{…}` slices, dictionary-
-    encoded; each line takes its set's labels by index (none without a set)."""
-    sets = slices.distinct(data, brace, close + 1, braced)
-    set_off, set_data = slices.buffers(sets.dictionary)
-    columns, duplicate = _labels(set_data, set_off, set_off[:-1], set_off[1:] - 1, escaped)
-    which = sets.indices
-    per_line = {label: pa.DictionaryArray.from_arrays(pc.take(column.indices, which),
+                    has_set: np.ndarray, escaped: bool,
+                    ) -> tuple[dict[str, pa.Array], np.ndarray, np.ndarray]:
+    """Each line's `LABELS` (none without a set), whether its set fits the grammar, and
+    whether it names a label twice: worked out once per distinct set (labelsets.py). The
+    sets are the lines' `{…}` slices, dictionary-encoded; a line takes its set's labels by
+    index."""
+    sets = slices.distinct(data, brace, close + 1, has_set)
+    # one sentinel set more, fitting none, naming nothing twice: lines without a set's index
+    fits = np.append(pc.match_substring_regex(sets.dictionary, _SET).to_numpy(
+        zero_copy_only=False), False)
+    columns, twice = label_columns(sets.dictionary.filter(pa.array(fits[:-1])), escaped)
+    which = sets.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    line_ok = has_set & fits[which]
+    row = np.where(line_ok, (np.cumsum(fits) - 1)[which], -1)  # its set's row in `columns`
+    index = pa.array(row, mask=~line_ok)
+    per_line = {label: pa.DictionaryArray.from_arrays(pc.take(column.indices, index),
                                                       column.dictionary)
                 for label, column in columns.items()}
-    index = which.fill_null(0).to_numpy(zero_copy_only=False)
-    return per_line, braced & duplicate[index] if len(duplicate) else np.zeros(len(brace), bool)
-
-
-def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndarray,
-            escaped: bool) -> tuple[dict[str, pa.Array], np.ndarray]:
-    """The `LABELS` columns of each line (null when absent or empty) and whether the line
-    names any label twice. Label sets span (brace, close); a line without one has
-    brace == close."""
-    n = len(brace)
-    quotes = np.flatnonzero(data == ord('"'))
-    row = np.searchsorted(off, quotes, "right") - 1
-    inside = (quotes > brace[row]) & (quotes < close[row])
-    quotes, row = quotes[inside], row[inside]
-    opening, closing, row = quotes[0::2], quotes[1::2], row[0::2]
-    first = np.ones(len(row), bool)
-    first[1:] = row[1:] != row[:-1]
-    key_from = np.where(first, brace[row] + 1, np.roll(closing, 1) + 1)
-    key_start = slices.skip(data, key_from, opening, b" \t,")
-    key_end = slices.back(data, opening, key_start, b" \t=")
-    # Label names are compared by their length and first and last 8 bytes, and bytes 8-16
-    # for a name longer than 16: exact up to 24 bytes (every name read here); duplicates
-    # are found by a hash of the first, each confirmed byte for byte.
-    length, head, tail = slices.short_key(data, key_start, key_end)
-    word = (head * np.uint64(0x9E3779B97F4A7C15) ^ tail) * np.uint64(0xBF58476D1CE4E5B9) \
-        ^ length.astype(np.uint64)
-
-    def same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Which of the key pairs (x, y) are byte-equal (few: hash-equal already)."""
-        def text(i: int) -> bytes:
-            return bytes(data[key_start[i]:key_end[i]])
-
-        return np.array([text(i) == text(j) for i, j in zip(x, y, strict=True)], bool)
-
-    duplicate = np.zeros(n, bool)
-    for gap in range(1, int(np.bincount(row).max(initial=1)) if len(row) else 1):
-        x = np.flatnonzero((row[gap:] == row[:-gap]) & (word[gap:] == word[:-gap]))
-        duplicate[row[x[same(x, x + gap)]]] = True
-    columns = {}
-    for label in LABELS:
-        pair = np.full(n, -1, np.int64)
-        for spelling in _SPELLINGS[label]:
-            hit = _named(data, key_start, key_end, length, head, tail, spelling.encode())
-            pair[row[hit]] = hit
-        present = pair >= 0
-        if len(opening):
-            v_start = np.where(present, opening[pair] + 1, 0)
-            v_end = np.where(present, closing[pair], 0)
-        else:  # no quoted value in the whole piece (e.g. only `name value` lines)
-            v_start = v_end = np.zeros(n, np.int64)
-        values = slices.distinct(data, v_start, v_end, present & (v_end > v_start))
-        if escaped:
-            words = pc.replace_substring(values.dictionary, _ESCAPED_BACKSLASH, "\\")
-            words = pc.replace_substring(words, _ESCAPED_QUOTE, '"')
-            values = pa.DictionaryArray.from_arrays(values.indices, words)
-        columns[label] = values
-    return columns, duplicate
-
-
-def _named(data: np.ndarray, key_start: np.ndarray, key_end: np.ndarray, length: np.ndarray,
-           head: np.ndarray, tail: np.ndarray, name: bytes) -> np.ndarray:
-    """Indexes of the label pairs whose name is `name` (at most 24 bytes)."""
-    want_length, want_head, want_tail = slices.short_key_of(name)
-    hit = np.flatnonzero((head == want_head) & (length == want_length) & (tail == want_tail))
-    if want_length > 16 and len(hit):
-        hit = hit[slices.middle(data, key_start[hit], key_end[hit]) == slices.middle_of(name)]
-    return hit
+    return per_line, line_ok, np.append(twice, False)[row]
 
 
 # --- keys: computed once per distinct label combination, not per sample -------------------

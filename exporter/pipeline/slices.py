@@ -93,12 +93,13 @@ def _words(data: np.ndarray) -> np.ndarray:
         data.view("<u8"), shape=(len(data) - 8,), strides=(1,), writeable=False)
 
 
+# _MASKS[k]: the low k bytes of a uint64 set (k = 0..8)
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], np.uint64)
+
+
 def _first_bytes(length: np.ndarray, word: np.ndarray) -> np.ndarray:
     """`word` with its bytes from `length` on zeroed (length clipped to 0..8)."""
-    bits = np.clip(length, 0, 8).astype(np.uint64) * np.uint64(8)
-    keep = np.where(bits >= 64, np.uint64(0xFFFFFFFFFFFFFFFF),
-                    (np.uint64(1) << np.minimum(bits, 63)) - np.uint64(1))
-    return word & keep
+    return word & _MASKS.take(np.clip(length, 0, 8))
 
 
 def views(data: np.ndarray, start: np.ndarray, end: np.ndarray,

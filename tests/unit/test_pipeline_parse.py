@@ -11,6 +11,7 @@ they are used), never computed by the code under test.
 # ruff: noqa: E501
 
 import math
+import re
 import zlib
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.pipeline import slices
+from exporter.pipeline import parse, slices
 from exporter.pipeline.model import MalformedReason
 from exporter.pipeline.parse import BROKER_FAMILIES, FAMILIES, parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
@@ -306,3 +307,40 @@ def test_label_values_and_sample_values_round_trip(pairs):
     got = sorted((r["subscription"] or "", r["value"]) for r in rows)
     # An empty label value is the label absent (None), compared here as "".
     assert got == sorted(pairs)
+
+
+# --- law: checking a line piece by piece accepts what the whole-line grammar accepts -----
+
+# The text format's sample line, whole: what `_cut`'s pieces (name, label set, value, what
+# follows it) add up to. Python's `re` reads this RE2 syntax alike.
+SAMPLE_LINE = re.compile(
+    rf"[ \t]*{parse._NAME}(?:[ \t]*\{{{parse._LABEL_SET}\}}[ \t]*|[ \t]+)(?:{parse._VALUE})"
+    r"(?:[ \t]+-?[0-9]+)?[ \t]*\r?\n?")
+_SEEDS = [
+    'pulsar_in_messages_total{cluster="c",namespace="t/n",topic="persistent://t/n/a"} 10\n',
+    'pulsar_subscription_back_log{namespace="t/n",topic="persistent://t/n/a",subscription="s\\"}{ 1"} 7 1675461651025\r\n',
+    'pulsar_rate_in {cluster="c", namespace="t/n",topic="a",} -Infinity\n',
+    "process_start_time_seconds 1.7e9\n",
+    '  pulsar_storage_size{topic="persistent://t/n/a"}\t+Inf \n',
+    "pulsar_lb_cpu_usage{} NaN",
+]
+_EDITS = " \t{}\",=\\\r#09.eE+-In_:x}\x01"
+
+
+@given(seed=st.sampled_from(_SEEDS), edits=st.lists(st.tuples(
+    st.integers(0, 200), st.sampled_from(["insert", "delete", "double"]),
+    st.sampled_from(_EDITS)), min_size=1, max_size=3))
+def test_a_line_of_a_family_read_is_a_sample_exactly_when_the_grammar_says(seed, edits):
+    line = seed
+    for at, how, char in edits:
+        at %= len(line) + 1
+        line = {"insert": line[:at] + char + line[at:], "delete": line[:at] + line[at + 1:],
+                "double": line[:at] + line[at:at + 3] + line[at:]}[how]
+    line = line.replace("\n", "") + "\n"  # one line
+    if re.match(parse._READ_FAMILY, line):
+        fits = bool(SAMPLE_LINE.fullmatch(line)) and not re.search("[\x00-\x03]", line)
+    else:  # an edit to the name: a family not read, its shape checked only
+        fits = bool(re.match(parse._COMMENT_OR_SAMPLE, line))
+    parsed = parse_text(line.encode())
+    assert parsed.malformed[MalformedReason.SYNTAX] == (0 if fits else 1), line
+    assert parsed.samples.num_rows + sum(parsed.malformed.values()) <= 1, line
