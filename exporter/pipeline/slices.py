@@ -115,12 +115,14 @@ def views(data: np.ndarray, start: np.ndarray, end: np.ndarray,
     start = np.where(length > 0, start, 0)
     words = _words(data)
     lo = _first_bytes(length, words[start])
-    hi = _first_bytes(length - 8, words[start + 8])
     long = length > 12
     out = np.empty((n, 2), np.uint64)
     out[:, 0] = length.astype(np.uint64) | (lo << np.uint64(32))
-    out[:, 1] = np.where(long, start.astype(np.uint64) << np.uint64(32),
-                         (lo >> np.uint64(32)) | (hi << np.uint64(32)))
+    second = np.where(long, start.astype(np.uint64) << np.uint64(32), lo >> np.uint64(32))
+    # bytes 8-12 inline: one gather more, for the few slices of 9 to 12 bytes only
+    nine = np.flatnonzero((length > 8) & ~long)
+    second[nine] |= _first_bytes(length[nine] - 8, words[start[nine] + 8]) << np.uint64(32)
+    out[:, 1] = second
     validity = None
     if present is not None and not present.all():
         validity = pa.py_buffer(np.packbits(present, bitorder="little"))

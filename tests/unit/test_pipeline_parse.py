@@ -14,6 +14,7 @@ import math
 import re
 import zlib
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given
@@ -278,6 +279,21 @@ def test_crc32_matches_zlib_on_any_text():
     words = ["", "a", "persistent://public/default/t1", "ünïcödé-partition-3", "x" * 300]
     got = slices.crc32(pa.array(words, pa.string())).to_pylist()
     assert got == [zlib.crc32(w.encode()) for w in words]
+
+
+
+@given(text=st.text(alphabet="ab{}\" =0123456789", max_size=60), data=st.data())
+def test_views_are_the_slices_they_name(text, data):
+    """Any slice length (inline up to 12 bytes, in parts above 4 and 8; a prefix and an
+    offset beyond), any position up to the buffer's last byte, nulls where not present."""
+    raw = slices.padded(np.frombuffer(text.encode(), np.uint8))
+    cuts = data.draw(st.lists(st.tuples(st.integers(0, len(text)), st.integers(0, len(text)),
+                                        st.booleans()), max_size=20))
+    start = np.array([min(a, b) for a, b, _ in cuts], np.int64)
+    end = np.array([max(a, b) for a, b, _ in cuts], np.int64)
+    present = np.array([p for *_, p in cuts], bool)
+    got = slices.views(raw, start, end, present).to_pylist()
+    assert got == [text[a:b] if p else None for a, b, p in zip(start, end, present, strict=True)]
 
 
 # --- law: any label value and any finite or special value survives the text format ------
