@@ -192,15 +192,14 @@ def _cut(lines: pa.LargeStringArray, clean: pa.BooleanArray | None, escaped: boo
     has_set = braced & (close > brace) & (close < end)
     close = np.where(has_set, close, brace)
     value_start = slices.skip(data, np.where(braced, close + 1, name_end), end, b" \t")
-    value_end = slices.until(data, value_start, end, b" \t")
+    value_end, value_text, value_ok = _values(data, value_start, end)
     names = slices.distinct(data, start, name_end)
     family = pc.take(pc.index_in(names.dictionary, pa.array(FAMILIES, _S)), names.indices)
-    value_text = slices.views(data, value_start, value_end).cast(_S)
-    value_ok = pc.match_substring_regex(value_text, _VALUE_ALONE)
-    values = pc.cast(pc.if_else(value_ok, value_text, pa.scalar(None, _S)), pa.float64())
+    values = pc.cast(pc.if_else(pa.array(value_ok), value_text, pa.scalar(None, _S)),
+                     pa.float64())
     labels, set_ok, duplicate = _labels_per_set(data, brace, close, has_set, escaped)
     valid = (family.is_valid().to_numpy(zero_copy_only=False)
-             & value_ok.to_numpy(zero_copy_only=False)
+             & value_ok
              & _ends_well(data, value_end, off[1:]) & (set_ok | ~braced))
     if clean is not None:
         valid &= clean.to_numpy(zero_copy_only=False)
@@ -208,6 +207,24 @@ def _cut(lines: pa.LargeStringArray, clean: pa.BooleanArray | None, escaped: boo
     table = pa.table({"family": family.cast(pa.int32()), "value": values, **labels},
                      schema=SAMPLES)
     return table.filter(pa.array(valid & ~duplicate)), n - int(valid.sum()), int(duplicate.sum())
+
+
+def _values(data: np.ndarray, start: np.ndarray, end: np.ndarray,
+            ) -> tuple[np.ndarray, pa.LargeStringArray, np.ndarray]:
+    """Each value's end, its text and whether it is one. A value runs to the line's last
+    non-blank byte unless a timestamp follows it: so all are matched to there first, and
+    only those that do not fit are cut at their first blank and matched again."""
+    text = slices.views(data, start, end).cast(_S)
+    fits = pc.match_substring_regex(text, _VALUE_ALONE).to_numpy(zero_copy_only=False)
+    again = np.flatnonzero(~fits)
+    if not len(again):
+        return end, text, fits
+    end = end.copy()
+    end[again] = slices.until(data, start[again], end[again], b" \t")
+    text = slices.views(data, start, end).cast(_S)
+    fits[again] = pc.match_substring_regex(text.take(again), _VALUE_ALONE).to_numpy(
+        zero_copy_only=False)
+    return end, text, fits
 
 
 def _ends_well(data: np.ndarray, value_end: np.ndarray, line_end: np.ndarray) -> np.ndarray:

@@ -9,6 +9,8 @@ per line; the loops below run per byte of the longest token, over all lines at o
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,17 +51,26 @@ def padded(raw: np.ndarray) -> np.ndarray:
     return out
 
 
+@functools.cache
+def _byte_set(chars: bytes) -> np.ndarray:
+    """A 256-entry table, True at the bytes of `chars`: one gather tests a byte."""
+    table = np.zeros(256, bool)
+    table[np.frombuffer(chars, np.uint8)] = True
+    return table
+
+
 def _forward(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes,
              over: bool) -> np.ndarray:
     """Each position moved forward while its byte is (`over`) or is not one of `chars`,
-    never beyond its `stop`."""
+    never beyond its `stop`. The first step runs over whole arrays (most positions move
+    once or not at all), the next ones over those still moving."""
+    moves = _byte_set(chars) if over else ~_byte_set(chars)
     pos = pos.copy()
-    wanted = np.frombuffer(chars, np.uint8)
-    active = np.flatnonzero(pos < stop)
+    active = np.flatnonzero((pos < stop) & moves[data[pos]])  # `data` is padded
     while len(active):
-        active = active[np.isin(data[pos[active]], wanted) == over]
-        pos[active] += 1
-        active = active[pos[active] < stop[active]]
+        at = pos[active] + 1
+        pos[active] = at
+        active = active[(at < stop[active]) & moves[data[at]]]
     return pos
 
 
@@ -75,14 +86,13 @@ def until(data: np.ndarray, pos: np.ndarray, stop: np.ndarray, chars: bytes) -> 
 
 def back(data: np.ndarray, end: np.ndarray, start: np.ndarray, chars: bytes) -> np.ndarray:
     """Each end moved back over any of `chars` before it, never below its `start`."""
+    moves = _byte_set(chars)
     end = end.copy()
-    wanted = np.frombuffer(chars, np.uint8)
-    active = np.flatnonzero(end > start)
+    active = np.flatnonzero((end > start) & moves[data[end - 1]])
     while len(active):
-        hit = np.isin(data[end[active] - 1], wanted)
-        active = active[hit]
-        end[active] -= 1
-        active = active[end[active] > start[active]]
+        at = end[active] - 1
+        end[active] = at
+        active = active[(at > start[active]) & moves[data[at - 1]]]
     return end
 
 
