@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from exporter.names import PARTITION_SUFFIX
 from exporter.pipeline import slices
 from exporter.pipeline.labelsets import LABELS, PLACEHOLDERS, label_columns
-from exporter.pipeline.model import TOPIC_ONLY, Level, MalformedReason
+from exporter.pipeline.model import TOPIC_ONLY, MalformedReason
 from exporter.pipeline.otel import OTEL_TOPIC_FAMILIES
 
 # Families the exporter reads, by the level whose labels they carry (model.Level).
@@ -110,9 +110,6 @@ FAMILIES: tuple[str, ...] = tuple(sorted(
     set(SUBSCRIPTION_FAMILIES) | set(TOPIC_FAMILIES) | set(NAMESPACE_FAMILIES)
     | set(BROKER_FAMILIES)))
 
-_REPLICATION_CODES = pa.array([FAMILIES.index(f) for f, c in TOPIC_FAMILIES.items()
-                               if c in REPLICATION_COLUMNS], pa.int32())
-
 # --- the text format, in RE2 syntax (linear time: no backtracking to guard against) -------
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
@@ -135,20 +132,25 @@ _ANY_SAMPLE = rf"^[ \t]*{_NAME}(?:[ \t]*\{{.*\}}[ \t]*|[ \t]+)(?:{_VALUE})(?:[ \
 _COMMENT_OR_SAMPLE = f"(?:{_COMMENT_OR_BLANK})|(?:{_ANY_SAMPLE})"
 
 _S = pa.large_string()
-# One row per kept sample of a read family, labels raw: keys are built per entity
-# (tables.py), not per sample.
+# One row per kept sample of a read family; its labels are those of its label set, by row:
+# entities are found per set (pivot.py), not per sample.
 SAMPLES = pa.schema([
     ("family", pa.int32()),  # index into FAMILIES
     ("value", pa.float64()),
-    *[(label, pa.dictionary(pa.int32(), _S)) for label in LABELS],
+    ("set", pa.int32()),  # row of the chunk's SETS
 ])
+# One row per distinct label set of a chunk's kept samples, labels raw, and a last row of
+# none (the samples printed without a set); keys are built per entity (tables.py).
+SETS = pa.schema([(label, pa.dictionary(pa.int32(), _S)) for label in LABELS])
 
 
 @dataclass(frozen=True)
 class Parsed:
-    """One chunk of a body: its samples and its skipped lines by reason."""
+    """One chunk of a body: its samples, their label sets, and its skipped lines by
+    reason."""
 
     samples: pa.Table  # SAMPLES
+    sets: pa.Table  # SETS
     malformed: dict[MalformedReason, int]
 
 
@@ -166,16 +168,17 @@ def parse_text(data: bytes | memoryview) -> Parsed:
     # A backslash anywhere in the piece (memchr on bytes: a comparison array cost 80 ms on
     # a 65 MB body) sends the label sets through the unescaping; it is a no-op on others.
     escaped = b"\\" in data if isinstance(data, bytes) else bool((raw == ord("\\")).any())
-    samples, invalid, duplicates = _cut(candidates, clean, escaped)
-    return Parsed(samples, {MalformedReason.SYNTAX: syntax + invalid,
-                            MalformedReason.DUPLICATE_LABEL: duplicates})
+    samples, sets, invalid, duplicates = _cut(candidates, clean, escaped)
+    return Parsed(samples, sets, {MalformedReason.SYNTAX: syntax + invalid,
+                                  MalformedReason.DUPLICATE_LABEL: duplicates})
 
 
 def _cut(lines: pa.LargeStringArray, clean: pa.BooleanArray | None, escaped: bool,
-         ) -> tuple[pa.Table, int, int]:
-    """Lines of read families → SAMPLES rows of the valid ones, how many are not valid, and
-    how many valid ones named a label twice (left out). `clean`: which lines hold no
-    placeholder byte (None: all); `escaped`: whether the lines may hold a backslash."""
+         ) -> tuple[pa.Table, pa.Table, int, int]:
+    """Lines of read families → SAMPLES rows of the valid ones, their SETS, how many lines
+    are not valid, and how many valid ones named a label twice (left out). `clean`: which
+    lines hold no placeholder byte (None: all); `escaped`: whether the lines may hold a
+    backslash."""
     off, data = slices.buffers(lines)
     n = len(lines)
     start = slices.skip(data, off[:-1], off[1:], b" \t")
@@ -197,16 +200,16 @@ def _cut(lines: pa.LargeStringArray, clean: pa.BooleanArray | None, escaped: boo
     family = pc.take(pc.index_in(names.dictionary, pa.array(FAMILIES, _S)), names.indices)
     values = pc.cast(pc.if_else(pa.array(value_ok), value_text, pa.scalar(None, _S)),
                      pa.float64())
-    labels, set_ok, duplicate = _labels_per_set(data, brace, close, has_set, escaped)
+    sets, row, set_ok, duplicate = _sets(data, brace, close, has_set, escaped)
     valid = (family.is_valid().to_numpy(zero_copy_only=False)
-             & value_ok
-             & _ends_well(data, value_end, off[1:]) & (set_ok | ~braced))
+             & value_ok & _ends_well(data, value_end, off[1:]) & (set_ok | ~braced))
     if clean is not None:
         valid &= clean.to_numpy(zero_copy_only=False)
     duplicate &= valid
-    table = pa.table({"family": family.cast(pa.int32()), "value": values, **labels},
-                     schema=SAMPLES)
-    return table.filter(pa.array(valid & ~duplicate)), n - int(valid.sum()), int(duplicate.sum())
+    table = pa.table({"family": family.cast(pa.int32()), "value": values,
+                      "set": pa.array(row, pa.int32())}, schema=SAMPLES)
+    return (table.filter(pa.array(valid & ~duplicate)), sets, n - int(valid.sum()),
+            int(duplicate.sum()))
 
 
 def _values(data: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -241,26 +244,25 @@ def _ends_well(data: np.ndarray, value_end: np.ndarray, line_end: np.ndarray) ->
     return ok
 
 
-def _labels_per_set(data: np.ndarray, brace: np.ndarray, close: np.ndarray,
-                    has_set: np.ndarray, escaped: bool,
-                    ) -> tuple[dict[str, pa.Array], np.ndarray, np.ndarray]:
-    """Each line's `LABELS` (none without a set), whether its set fits the grammar, and
-    whether it names a label twice: worked out once per distinct set (labelsets.py). The
-    sets are the lines' `{…}` slices, dictionary-encoded; a line takes its set's labels by
-    index."""
+def _sets(data: np.ndarray, brace: np.ndarray, close: np.ndarray, has_set: np.ndarray,
+          escaped: bool) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct label sets that fit the grammar (SETS, their labels cut once a set by
+    labelsets.py, a last row of none), each line's row there (the last without a fitting
+    set), whether its set fits, and whether it names a label twice. The sets are the
+    lines' `{…}` slices, dictionary-encoded."""
     sets = slices.distinct(data, brace, close + 1, has_set)
-    # one sentinel set more, fitting none, naming nothing twice: lines without a set's index
+    # one sentinel set more, fitting none, naming nothing twice: lines without a set's row
     fits = np.append(pc.match_substring_regex(sets.dictionary, _SET).to_numpy(
         zero_copy_only=False), False)
     columns, twice = label_columns(sets.dictionary.filter(pa.array(fits[:-1])), escaped)
-    which = sets.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    which = sets.indices.fill_null(len(fits) - 1).to_numpy(zero_copy_only=False)
     line_ok = has_set & fits[which]
-    row = np.where(line_ok, (np.cumsum(fits) - 1)[which], -1)  # its set's row in `columns`
-    index = pa.array(row, mask=~line_ok)
-    per_line = {label: pa.DictionaryArray.from_arrays(pc.take(column.indices, index),
-                                                      column.dictionary)
-                for label, column in columns.items()}
-    return per_line, line_ok, np.append(twice, False)[row]
+    row = (np.cumsum(fits) - 1)[which]
+    row[~line_ok] = len(twice)
+    table = pa.table({label: pa.DictionaryArray.from_arrays(
+        pa.concat_arrays([column.indices, pa.nulls(1, pa.int32())]), column.dictionary)
+        for label, column in columns.items()}, schema=SETS)
+    return table, row, line_ok, np.append(twice, False)[row]
 
 
 # --- keys: computed once per distinct label combination, not per sample -------------------
@@ -293,43 +295,3 @@ def namespace_of(topic: pa.Array) -> pa.Array:
         topic = topic.combine_chunks()
     return pc.struct_field(pc.extract_regex(topic, r"^[^:/]+://(?P<ns>.+)/[^/]+$"), [0])
 
-
-def level_of(samples: pa.Table) -> pa.Array:
-    """model.Level of each sample, by the labels it carries; null for a broker-wide sample
-    of a family that is not broker-wide (left out)."""
-    topic, sub, ns = (samples[c].is_valid() for c in ("topic", "subscription", "namespace"))
-    broker = pc.is_in(samples["family"], pa.array(
-        [FAMILIES.index(f) for f in BROKER_FAMILIES], pa.int32()))
-    return pc.case_when(
-        pc.make_struct(pc.and_(sub, topic), topic, ns, broker),
-        Level.SUBSCRIPTION.value, Level.TOPIC.value, Level.NAMESPACE.value, Level.BROKER.value)
-
-
-def entity_samples(samples: pa.Table) -> pa.Table:
-    """Samples that describe an entity: per-consumer samples (`consumer_name` or
-    `consumer_id`) and other families' replication samples (`remote_cluster` other than
-    "local": `pulsar_msg_backlog` per remote cluster) are left out, uncounted; a `level`
-    column is added."""
-    own = pc.and_(samples["consumer_name"].is_null(), samples["consumer_id"].is_null())
-    local = pc.or_(pc.fill_null(_on_values(samples["remote_cluster"],
-                                           lambda v: pc.equal(v, "local")), True),
-                   pc.is_in(samples["family"], _REPLICATION_CODES))
-    kept = samples.filter(pc.and_(own, local))
-    level = level_of(kept)
-    return kept.append_column("level", level).filter(level.is_valid())
-
-
-def _on_values(column: pa.Array | pa.ChunkedArray, fn) -> pa.Array:
-    """`fn` of each value of a dictionary-encoded (or plain) column, computed once per
-    distinct value."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if not pa.types.is_dictionary(column.type):
-        return fn(column)
-    return pc.take(fn(column.dictionary), column.indices)
-
-
-def unkeyed(samples: pa.Table) -> int:
-    """Samples whose short topic name has no namespace to complete it."""
-    short = pc.invert(_on_values(samples["topic"], lambda v: pc.match_substring(v, "://")))
-    return pc.sum(pc.and_(short, samples["namespace"].is_null())).as_py() or 0

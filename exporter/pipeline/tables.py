@@ -2,8 +2,9 @@
 
 Everything here needs only one body, so it runs where the body is, and what leaves the
 executor is a few rows per entity instead of ~50 samples per topic. Samples are grouped
-first on their raw labels (one row per series set), and only then keyed: the full topic
-name, its namespace and partition suffix are computed once per entity, not per sample.
+first on their raw labels (entities.py decides each label set's entity once, pivot.py
+scatters the samples into one row per entity), and only then keyed: the full topic name,
+its namespace and partition suffix are computed once per entity, not per sample.
 What needs all brokers at once (a topic reported twice, namespace sums, bundles) is
 `merge.py`'s, on the driver.
 """
@@ -14,11 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.config.model import KEEP_ALL, TopicFilter
 from exporter.pipeline import slices
+from exporter.pipeline.entities import LEVELS, body_samples, entity_samples, unkeyed
 from exporter.pipeline.model import (
     LONG_BOUND,
     SOURCE_NAMESPACES,
@@ -37,11 +40,10 @@ from exporter.pipeline.parse import (
     SUBSCRIPTION_FAMILIES,
     TOPIC_FAMILIES,
     Parsed,
-    entity_samples,
     namespace_of,
     topic_key,
-    unkeyed,
 )
+from exporter.pipeline.pivot import Samples, pivot
 from exporter.sources.model import SourceHealth
 
 # Apache Pulsar reports the subscription timestamps in epoch milliseconds, pulsar-lite in
@@ -65,11 +67,11 @@ _COUNT_COLUMNS = frozenset({
     "backlog_messages", "unacked_messages", "msg_in_total", "bytes_in_total", "msg_out_total",
     "bytes_out_total", "storage_size_bytes", "backlog_size_bytes", "msg_backlog", "producers",
     "consumers", "subscriptions", "topics"})
-_COUNT_CODES = pa.array(sorted({FAMILIES.index(f) for families in (
+_COUNTS = np.isin(np.arange(len(FAMILIES)), [FAMILIES.index(f) for families in (
     SUBSCRIPTION_FAMILIES, TOPIC_FAMILIES, NAMESPACE_FAMILIES)
-    for f, c in families.items() if c in _COUNT_COLUMNS}), pa.int32())
-_OTEL_CODES = pa.array([FAMILIES.index(f) for f in OTEL_TOPIC_FAMILIES], pa.int32())
-_STARTED_CODE = pa.scalar(FAMILIES.index("process_start_time_seconds"), pa.int32())
+    for f, c in families.items() if c in _COUNT_COLUMNS])
+_OTEL = np.isin(np.arange(len(FAMILIES)), [FAMILIES.index(f) for f in OTEL_TOPIC_FAMILIES])
+_STARTED = FAMILIES.index("process_start_time_seconds")
 _F = pa.float64()
 _S = pa.string()
 
@@ -127,7 +129,7 @@ def keep(topics: pa.Array | pa.ChunkedArray, rule: TopicFilter) -> pa.Array:
 def source_tables(parts: Sequence[Parsed], rule: TopicFilter = KEEP_ALL) -> SourceTables:
     """Every chunk of one body, parsed → that body's tables, topics outside `rule` left
     out before anything is derived from them."""
-    samples = _decoded(pa.concat_tables([p.samples for p in parts]))
+    samples = body_samples(parts)
     malformed = dict.fromkeys((r.value for r in MalformedReason), 0)
     for part in parts:
         for reason, lines in part.malformed.items():
@@ -135,13 +137,17 @@ def source_tables(parts: Sequence[Parsed], rule: TopicFilter = KEEP_ALL) -> Sour
     malformed[MalformedReason.UNKEYED_TOPIC.value] += unkeyed(samples)
     # OpenTelemetry only: every sample but the process start time (any exposition may
     # print that one) is of an OpenTelemetry family.
-    rest = samples.filter(pc.not_equal(samples["family"], _STARTED_CODE))
-    otel_only = rest.num_rows > 0 and bool(pc.all(pc.is_in(rest["family"], _OTEL_CODES)).as_py())
-    samples = entity_samples(samples)
-    samples, not_counts = _counts_only(samples)
+    rest = samples.family[samples.family != _STARTED]
+    otel_only = len(rest) > 0 and bool(_OTEL[rest].all())
+    samples, level = entity_samples(samples)
+    samples, level, not_counts = _counts_only(samples, level)
     malformed[MalformedReason.NOT_A_COUNT.value] += not_counts
-    subscriptions = _subscriptions(_level(samples, Level.SUBSCRIPTION))
-    topics = _topics(_level(samples, Level.TOPIC), subscriptions)
+
+    def at(wanted: Level) -> Samples:
+        return samples.where(level == LEVELS.index(wanted))
+
+    subscriptions = _subscriptions(at(Level.SUBSCRIPTION))
+    topics = _topics(at(Level.TOPIC), subscriptions)
     filtered = 0
     if rule.active:
         subscriptions = subscriptions.filter(keep(subscriptions["topic"], rule))
@@ -150,64 +156,29 @@ def source_tables(parts: Sequence[Parsed], rule: TopicFilter = KEEP_ALL) -> Sour
     return SourceTables(
         subscriptions=subscriptions,
         topics=topics,
-        namespaces=_namespaces(_level(samples, Level.NAMESPACE)),
-        usage=_usage(_level(samples, Level.BROKER), otel_only),
+        namespaces=_namespaces(at(Level.NAMESPACE)),
+        usage=_usage(at(Level.BROKER), otel_only),
         malformed=malformed,
         filtered=filtered,
     )
 
 
-def _decoded(samples: pa.Table) -> pa.Table:
-    """One dictionary per label column for the whole body (each chunk comes with its own),
-    kept: filters and groupings then move indices, and label values are copied per entity
-    once grouped (`_pivot`), not per sample. `cluster` as plain strings: Arrow's hash
-    aggregates take no dictionary."""
-    samples = samples.unify_dictionaries().combine_chunks()
-    i = samples.schema.get_field_index("cluster")
-    return samples.set_column(i, "cluster", samples["cluster"].cast(_S))
-
-
-def _counts_only(samples: pa.Table) -> tuple[pa.Table, int]:
+def _counts_only(samples: Samples, level: np.ndarray) -> tuple[Samples, np.ndarray, int]:
     """Samples of count families (`_COUNT_COLUMNS`) whose value no Java long holds (NaN,
     ±Inf, beyond ±2^63) left out, and how many. The text format allows them anywhere, the
     broker never prints them for a count, and the engine reads counts as integers: one
     such backlog made every cycle's decisions fail, for every broker. Negative counts are
     kept: Pulsar has printed negative backlogs (apache/pulsar#5543, `msgBacklog` -2), and
     the engine reads them as none."""
-    value = samples["value"]
-    bad = pc.and_(pc.is_in(samples["family"], _COUNT_CODES),
-                  pc.invert(pc.less(pc.abs(value), LONG_BOUND)))  # NaN compares false
-    bad = pc.fill_null(bad, False)
-    count = pc.sum(bad).as_py() or 0
-    return (samples.filter(pc.invert(bad)) if count else samples), count
+    with np.errstate(invalid="ignore"):
+        bad = _COUNTS[samples.family] & ~(np.abs(samples.value) < LONG_BOUND)
+    count = int(bad.sum())
+    return (samples.where(~bad), level[~bad], count) if count else (samples, level, 0)
 
 
-def _level(samples: pa.Table, level: Level) -> pa.Table:
-    return samples.filter(pc.equal(samples["level"], level.value))
-
-
-def _pivot(samples: pa.Table, keys: Sequence[str], families: Mapping[str, str]) -> pa.Table:
-    """One row per distinct `keys`, one column per column named in `families` (the max
-    of the samples of every family naming it: a classic family and its OpenTelemetry
-    twin, printed side by side, agree; null when absent; replication columns the sum over
-    remote clusters), plus `cluster` (max)."""
-    columns = {k: samples[k] for k in keys}
-    columns["cluster"] = samples["cluster"]
-    family = samples["family"]
-    names = list(dict.fromkeys(families.values()))
-    for column in names:
-        codes = pa.array([FAMILIES.index(f) for f, c in families.items() if c == column],
-                         pa.int32())
-        columns[column] = pc.if_else(pc.is_in(family, codes), samples["value"],
-                                     pa.scalar(None, _F))
-    table = pa.table(columns)
-    if not keys:  # one group over everything
-        table = table.append_column("_all", pa.array([0] * len(table), pa.int8()))
-    grouped = table.group_by(list(keys) or ["_all"], use_threads=False).aggregate(
-        [(c, "sum" if c in REPLICATION_COLUMNS else "max") for c in ("cluster", *names)])
-    grouped = grouped.rename_columns([_unsuffixed(n) for n in grouped.column_names])
-    return pa.table([c.cast(_S) if pa.types.is_dictionary(c.type) else c
-                     for c in grouped.columns], names=grouped.column_names)
+def _pivot(samples: Samples, keys: Sequence[str], families: Mapping[str, str]) -> pa.Table:
+    """pivot.pivot, its replication columns summed over remote clusters."""
+    return pivot(samples, keys, families, REPLICATION_COLUMNS)
 
 
 def _unsuffixed(name: str) -> str:

@@ -88,10 +88,17 @@ pulsar_in_bytes_total{cluster="c",namespace="t/n",topic="persistent://t/n/x"} 50
 def _rows(text: str | bytes) -> list[dict]:
     """Every kept sample of a body, with its family's name (raw labels, as parsed)."""
     data = text.encode() if isinstance(text, str) else text
-    rows = parse_text(data).samples.to_pylist()
+    rows = _labelled(parse_text(data))
     for row in rows:
         row["name"] = FAMILIES[row.pop("family")]
     return rows
+
+
+def _labelled(parsed) -> list[dict]:
+    """Each sample's family, value and the labels of its set."""
+    labels = parsed.sets.take(parsed.samples["set"]).to_pylist()
+    return [{**sample, **set_} for sample, set_ in zip(
+        parsed.samples.select(["family", "value"]).to_pylist(), labels, strict=True)]
 
 
 def _tables(text: str | bytes) -> SourceTables:
@@ -318,7 +325,7 @@ def test_label_values_and_sample_values_round_trip(pairs):
     ]
     parsed = parse_text(("\n".join(lines) + "\n").encode())
     assert sum(parsed.malformed.values()) == 0
-    rows = parsed.samples.to_pylist()
+    rows = _labelled(parsed)
     assert len(rows) == len(pairs)
     got = sorted((r["subscription"] or "", r["value"]) for r in rows)
     # An empty label value is the label absent (None), compared here as "".
