@@ -37,15 +37,11 @@ def body_samples(parts: Sequence[Parsed]) -> Samples:
     sets = pa.concat_tables([p.sets for p in parts]).unify_dictionaries().combine_chunks()
     shift = np.cumsum([0] + [p.sets.num_rows for p in parts[:-1]])
     return Samples(
-        family=np.concatenate([_numpy(p.samples["family"]) for p in parts]),
-        value=np.concatenate([_numpy(p.samples["value"]) for p in parts]),
-        set=np.concatenate([_numpy(p.samples["set"]).astype(np.int64) + at
+        family=np.concatenate([p.samples["family"].to_numpy() for p in parts]),
+        value=np.concatenate([p.samples["value"].to_numpy() for p in parts]),
+        set=np.concatenate([p.samples["set"].to_numpy().astype(np.int64) + at
                             for p, at in zip(parts, shift, strict=True)]),
         sets=sets)
-
-
-def _numpy(column: pa.ChunkedArray) -> np.ndarray:
-    return column.to_numpy()  # no nulls: zero-copy when one chunk
 
 
 def unkeyed(samples: Samples) -> int:

@@ -37,9 +37,9 @@ class Samples:
         return Samples(self.family[mask], self.value[mask], self.set[mask], self.sets)
 
     def labels(self, name: str) -> pa.DictionaryArray:
-        """The label `name` of each set (null where absent)."""
-        return self.sets[name].chunk(0) if self.sets[name].num_chunks \
-            else pa.array([], self.sets.schema.field(name).type)
+        """The label `name` of each set (null where absent); `sets` is one chunk, and a
+        chunk's sets end with the row of none, so there is always one."""
+        return self.sets[name].chunk(0)
 
 
 def pivot(samples: Samples, keys: Sequence[str], families: Mapping[str, str],
