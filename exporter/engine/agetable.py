@@ -56,6 +56,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+
 DEFAULT_MAX_POINTS = 60
 _MIN_POINTS = 4  # thinning keeps both ends and needs an interior to merge
 
@@ -150,30 +152,28 @@ class _Table:
         self.counts.append(published)
 
     def thin(self) -> int:
-        """Merge away a quarter of the points, those whose loss costs the least (see module)."""
-        times, counts = self.times, self.counts
+        """Merge away a quarter of the points, those whose loss costs the least (see module).
+        The scores are numpy's: at a million topics every busy table thins in the same
+        cycle (they began together), and a loop over the points took 44 µs a table."""
+        times = np.frombuffer(self.times, np.float64)
+        counts = np.frombuffer(self.counts, np.int64)
         n = len(times)
-        newest = times[-1]
-        scored: list[tuple[float, float, int]] = []
-        for i in range(1, n - 1):
-            ca, cb = counts[i - 1], counts[i + 1]
-            if cb == ca:  # cannot happen (no three equal in a row); nothing would be lost
-                error = 0.0
-            else:
-                ta, tb = times[i - 1], times[i + 1]
-                merged = ta + (counts[i] - ca) / (cb - ca) * (tb - ta)
-                error = abs(times[i] - merged) / max(newest - times[i], 1e-9)
-            scored.append((error, times[i], i))
-        scored.sort()
-        drop: set[int] = set()
-        for _, _, i in scored:
-            if len(drop) == n // 4:
+        before, after, at = counts[:-2], counts[2:], times[1:-1]
+        span = (after - before).astype(np.float64)  # > 0: no three equal in a row
+        merged = times[:-2] + (counts[1:-1] - before) / span * (times[2:] - times[:-2])
+        error = np.abs(at - merged) / np.maximum(times[-1] - at, 1e-9)
+        taken = bytearray(n)
+        dropped = 0
+        for i in (np.lexsort((at, error)) + 1).tolist():  # by error, then time
+            if dropped == n // 4:
                 break
-            if i - 1 not in drop and i + 1 not in drop:
-                drop.add(i)
-        self.times = array("d", (t for i, t in enumerate(times) if i not in drop))
-        self.counts = array("q", (c for i, c in enumerate(counts) if i not in drop))
-        return len(drop)
+            if not taken[i - 1] and not taken[i + 1]:
+                taken[i] = 1
+                dropped += 1
+        keep = np.frombuffer(taken, np.uint8) == 0
+        self.times = array("d", times[keep].tobytes())
+        self.counts = array("q", counts[keep].tobytes())
+        return dropped
 
     def time_reached(self, target: int, now: float, published_total: int,
                      ) -> tuple[float, Method] | None:

@@ -252,3 +252,43 @@ def test_estimate_is_monotone_in_backlog_and_never_negative(
     first_bound = next((i for i, m in enumerate(methods) if m is Method.LOWER_BOUND), None)
     if first_bound is not None:
         assert all(m is Method.LOWER_BOUND for m in methods[first_bound:])
+
+
+def _thinned_by_the_rule(points: list[Point]) -> list[Point]:
+    """The module's thinning rule, point by point in plain Python: score each interior
+    point by the time error its removal causes, relative to its age; drop a quarter, least
+    cost first (ties: the older), never two neighbours."""
+    n, newest = len(points), points[-1].time
+    scored = []
+    for i in range(1, n - 1):
+        a, p, b = points[i - 1], points[i], points[i + 1]
+        merged = a.time + (p.published - a.published) / (b.published - a.published) \
+            * (b.time - a.time)
+        scored.append((abs(p.time - merged) / max(newest - p.time, 1e-9), p.time, i))
+    drop: set[int] = set()
+    for _, _, i in sorted(scored):
+        if len(drop) == n // 4:
+            break
+        if i - 1 not in drop and i + 1 not in drop:
+            drop.add(i)
+    return [p for i, p in enumerate(points) if i not in drop]
+
+
+@given(history=histories, start=st.integers(0, 2**62), max_points=st.integers(4, 30))
+def test_thinning_drops_what_the_rule_says(history, start, max_points) -> None:
+    tables = AgeTables(max_points)
+    t, published = 0.0, start
+    tables.observe(T, t, published)
+    expected = [Point(t, published)]
+    for dt, added in history:
+        t, published = t + dt, published + added
+        result = tables.observe(T, t, published)
+        if isinstance(result, Inserted):
+            expected.append(Point(t, published))
+            if len(expected) > max_points:
+                kept = _thinned_by_the_rule(expected)
+                assert result.thinned == len(expected) - len(kept)
+                expected = kept
+        elif isinstance(result, Collapsed):
+            expected[-1] = Point(t, published)
+        assert list(tables.points(T)) == expected
