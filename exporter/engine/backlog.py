@@ -91,6 +91,15 @@ class Action(StrEnum):
     CONSUMER_BACKLOG_EVICTION = RetentionPolicy.CONSUMER_BACKLOG_EVICTION.value
 
 
+# The members the check reads for every topic, as module names: an Enum's class attribute
+# costs 90 ns in Python 3.11, a global 8, and the check reads a dozen a topic.
+_NO_LIMIT, _WITHIN = LimitStatus.NO_LIMIT, LimitStatus.WITHIN
+_EXCEEDED, _UNKNOWN = LimitStatus.EXCEEDED, LimitStatus.UNKNOWN
+_OLDEST, _LARGEST = HolderBasis.OLDEST_MESSAGE, HolderBasis.LARGEST_BACKLOG
+_REPORTED, _FROM_AVERAGE = SizeBasis.REPORTED, SizeBasis.FROM_AVERAGE
+_NONE = Action.NONE
+
+
 # --- input --------------------------------------------------------------------------------
 
 
@@ -221,50 +230,48 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
     if not ordered:
         return TopicDecision(
             state.topic, state.namespace, quota, source,
-            None, HolderBasis.NO_BACKLOG, 0, 0.0, SizeBasis.REPORTED,  # holder, bytes
+            None, HolderBasis.NO_BACKLOG, 0, 0.0, _REPORTED,  # holder, bytes
             None, None, 0.0,  # oldest publish time, its source, age
-            LimitStatus.NO_LIMIT if limit_size is None else LimitStatus.WITHIN,
-            LimitStatus.NO_LIMIT if cutoff is None else LimitStatus.WITHIN,
-            Action.NONE, _NO_PLAN, limits, state.subscriptions)
+            _NO_LIMIT if limit_size is None else _WITHIN,
+            _NO_LIMIT if cutoff is None else _WITHIN,
+            _NONE, _NO_PLAN, limits, state.subscriptions)
 
     holder = ordered[0]
     oldest = holder.oldest_publish_time
     holder_bytes, size_basis = _bytes(holder, avg)
     if limit_size is None:
-        size = LimitStatus.NO_LIMIT
+        size = _NO_LIMIT
     elif holder_bytes is None:
-        size = LimitStatus.UNKNOWN
+        size = _UNKNOWN
     else:
         numerator, denominator = holder_bytes
-        size = LimitStatus.EXCEEDED if numerator > limit_size * denominator \
-            else LimitStatus.WITHIN
+        size = _EXCEEDED if numerator > limit_size * denominator else _WITHIN
     if cutoff is None:
-        time = LimitStatus.NO_LIMIT
+        time = _NO_LIMIT
     elif oldest is None:
-        time = LimitStatus.UNKNOWN
+        time = _UNKNOWN
     else:
-        time = LimitStatus.EXCEEDED if oldest < cutoff else LimitStatus.WITHIN
+        time = _EXCEEDED if oldest < cutoff else _WITHIN
 
     # Pulsar checks size first and acts on the first exceeded type's policy.
-    exceeded = LimitStatus.EXCEEDED
-    acting = limits.size.policy if size is exceeded else \
-        limits.time.policy if time is exceeded else None
-    action, plan = Action.NONE, _NO_PLAN
+    acting = limits.size.policy if size is _EXCEEDED else \
+        limits.time.policy if time is _EXCEEDED else None
+    action, plan = _NONE, _NO_PLAN
     if acting is not None:
         action, quota = Action(acting.value), replace(quota, policy=acting)
         evicting = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
         plan = EvictionPlan(  # a limit is exceeded only where there is one (not None)
             size=(_size_plan(ordered, avg, limit_size * EVICTION_TARGET)
-                  if size is exceeded and limit_size is not None
+                  if size is _EXCEEDED and limit_size is not None
                   and limits.size.policy is evicting else ()),
             time=(_time_plan(ordered, now - limit_time * EVICTION_TARGET)
-                  if time is exceeded and limit_time is not None
+                  if time is _EXCEEDED and limit_time is not None
                   and limits.time.policy is evicting else ()),
         )
     return TopicDecision(
         state.topic, state.namespace, quota, source,
         holder.name,
-        HolderBasis.LARGEST_BACKLOG if oldest is None else HolderBasis.OLDEST_MESSAGE,
+        _LARGEST if oldest is None else _OLDEST,
         holder.backlog_messages,
         None if holder_bytes is None else holder_bytes[0] / holder_bytes[1],
         size_basis,
@@ -285,21 +292,15 @@ def _oldest_first(subscriptions: Sequence[SubscriptionBacklog]) -> list[Subscrip
     first (the slowest cursor when acks leave no holes). Names break ties, for determinism.
     """
     backlogged = [s for s in subscriptions if s.backlog_messages > 0]
-    if len(backlogged) < 2:  # most topics: nothing to order
-        return backlogged
-    timed = [s for s in backlogged if s.oldest_publish_time is not None]
-    untimed = [s for s in backlogged if s.oldest_publish_time is None]
-    timed.sort(key=_by_time)
-    untimed.sort(key=_by_backlog)
-    return timed + untimed
+    if len(backlogged) > 1:  # most topics have one or none: nothing to order
+        backlogged.sort(key=_order)
+    return backlogged
 
 
-def _by_time(s: SubscriptionBacklog) -> tuple[float | None, int, str]:
-    return s.oldest_publish_time, -s.backlog_messages, s.name
-
-
-def _by_backlog(s: SubscriptionBacklog) -> tuple[int, str]:
-    return -s.backlog_messages, s.name
+def _order(s: SubscriptionBacklog) -> tuple[bool, float, int, str]:
+    """Unknown times after known ones (all the same time among themselves: 0)."""
+    t = s.oldest_publish_time
+    return t is None, 0.0 if t is None else t, -s.backlog_messages, s.name
 
 
 def _bytes(sub: SubscriptionBacklog, avg: float | None,
@@ -308,10 +309,10 @@ def _bytes(sub: SubscriptionBacklog, avg: float | None,
     not a Fraction: the check asks for every topic, and a Fraction costs far more than the
     comparison. Their quotient (int / int) is the nearest float, as the Fraction's was."""
     if sub.backlog_bytes is not None:
-        return (sub.backlog_bytes, 1), SizeBasis.REPORTED
+        return (sub.backlog_bytes, 1), _REPORTED
     if avg is not None:
         numerator, denominator = avg.as_integer_ratio()
-        return (sub.backlog_messages * numerator, denominator), SizeBasis.FROM_AVERAGE
+        return (sub.backlog_messages * numerator, denominator), _FROM_AVERAGE
     return None, SizeBasis.UNKNOWN
 
 
