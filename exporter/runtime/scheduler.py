@@ -3,7 +3,8 @@
 Ticks are aligned to the start time (like Pulsar's scheduleAtFixedRate for
 backlogQuotaCheckIntervalInSeconds): a cycle that overruns makes the scheduler skip the ticks it
 covered, and those skips are counted rather than queued, so a slow cluster never builds up a
-backlog of checks.
+backlog of checks. CPython's full garbage collections run between cycles, not inside them
+(garbage.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+
+from exporter.runtime.garbage import FullCollections
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,14 @@ class Scheduler:
         return self._stop.is_set()
 
     def run(self) -> None:
+        collections = FullCollections()
+        collections.start()
+        try:
+            self._loop(collections)
+        finally:
+            collections.stop()
+
+    def _loop(self, collections: FullCollections) -> None:
         start = self._clock()
         tick = 0
         while not self._stop.is_set():
@@ -44,6 +55,7 @@ class Scheduler:
                 self._cycle()
             except Exception:  # a failed cycle is logged; the next tick tries again
                 log.exception("check cycle failed")
+            collections.after_cycle()
             elapsed = self._clock() - start
             next_tick = int(elapsed // self._interval) + 1
             skipped = next_tick - tick - 1

@@ -21,7 +21,9 @@ JVM and the Python workers (VmHWM).
 The engine: what the driver does next with the merged tables (`Decider.decide`), warm,
 in this process on the same bodies parsed here: seconds, per topic, and the resident
 growth it and the merge leave (the decisions and the engine's per-topic state); then the
-/metrics body of its decisions (build and render): seconds, size and traced peak.
+/metrics body of its decisions (build and render): seconds, size and traced peak. All of it
+under CPython's own garbage collections (their seconds inside the cycle), then with the
+full ones between cycles, as the exporter runs (runtime/garbage.py).
 The age tables (engine/agetable.py): bytes a topic (traced, names excluded) after 2 cycles
 and once full, beside the same points kept as Python lists, as they were until 2026-11; and
 a cycle's observes, µs a topic, in a cycle where no table thins and in one where all do.
@@ -207,19 +209,21 @@ def fleet(context, totals: list[int], brokers: int, repeat: int, workdir: Path) 
               f"| {workers:,.0f} |", flush=True)
 
 
-def engine(totals: list[int], brokers: int) -> None:
+def engine(totals: list[int], brokers: int, cycles: int = 3) -> None:
     """What the driver does after the merge, per cycle: the engine's decisions (backlog
-    checks, resource groups, load), in this process on tables parsed here (no Spark)."""
+    checks, resource groups, load), in this process on tables parsed here (no Spark), and
+    the /metrics body of them; under CPython's own garbage collections, then with the full
+    ones between cycles (runtime/garbage.py), the collection's own seconds counted."""
     from exporter.config.load import parse
     from exporter.config.model import KEEP_ALL
-    from exporter.engine.decide import Decider
-    from exporter.pipeline.merge import merge
     from exporter.pipeline.scrape import parsed_pieces, tables_of
 
-    print(f"\n### The engine after the merge ({brokers} brokers, warm: the second cycle)\n")
-    print("| topics | merge s | decide s | µs a topic | driver growth MB | publish s "
-          "| body MB | publish peak MB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"\n### The engine after the merge ({brokers} brokers, warm: median of cycles 2 to "
+          f"{cycles})\n")
+    print("| topics | merge s | decide s | µs a topic | publish s | of which GC s "
+          "| driver growth MB | body MB | publish peak MB "
+          "| full GC between cycles: decide s | publish s | its collection s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for total in totals:
         template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
         tables = []
@@ -229,44 +233,85 @@ def engine(totals: list[int], brokers: int) -> None:
             tables.append((f"http://broker-{b}:8080/metrics", tables_of(dict(parts), facts)))
         config = parse({"cluster": "bench", "sources": {"brokers": [
             {"url": u} for u, _ in tables]}}, "bench.yaml")
-        decider, merged, decided = Decider(config), [], []
         before = _status_mb("VmRSS")
-        for cycle in range(2):
+        theirs, decisions, topics = _engine_cycles(config, tables, cycles, between=False)
+        grown = _status_mb("VmRSS") - before
+        _, body_mb, peak = _publish(decisions)
+        decisions = None
+        ours, _, _ = _engine_cycles(config, tables, cycles, between=True)
+        merge_s, decide_s, publish_s, gc_s, _ = theirs
+        print(f"| {topics:,} | {merge_s:.2f} | {decide_s:.1f} | {decide_s / topics * 1e6:.0f} "
+              f"| {publish_s:.1f} | {gc_s:.2f} | {grown:,.0f} | {body_mb:,.0f} | {peak:,.0f} "
+              f"| {ours[1]:.1f} | {ours[2]:.1f} | {ours[4]:.2f} |", flush=True)
+
+
+def _engine_cycles(config, tables, cycles: int, between: bool):
+    """`cycles` cycles of merge, decide and publication on a new Decider: the medians of
+    the warm ones (merge, decide, publish, GC inside them, the collection after them), the
+    last decisions and the topics. `between`: runtime/garbage.py's collections."""
+    import gc
+
+    from exporter.engine.decide import Decider
+    from exporter.pipeline.merge import merge
+    from exporter.runtime.garbage import FullCollections
+
+    inside, started = [0.0], [0.0]
+
+    def clocked(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            inside[0] += time.perf_counter() - started[0]
+
+    decider, rows = Decider(config), []
+    collections = FullCollections()
+    if between:
+        collections.start()
+    try:
+        for cycle in range(cycles):
+            gc.callbacks.append(clocked)
+            inside[0] = 0.0
             t0 = time.perf_counter()
             agg = merge(tables, {})
             t1 = time.perf_counter()
             decisions = decider.decide(agg, None, time.time() + 60 * cycle)
-            merged.append(t1 - t0)
-            decided.append(time.perf_counter() - t1)
-        grown = _status_mb("VmRSS") - before
-        published, body_mb, peak = _publish(decisions)
-        print(f"| {agg.topics.num_rows:,} | {merged[-1]:.2f} | {decided[-1]:.1f} "
-              f"| {decided[-1] / agg.topics.num_rows * 1e6:.0f} | {grown:,.0f} "
-              f"| {published:.1f} | {body_mb:,.0f} | {peak:,.0f} |", flush=True)
+            t2 = time.perf_counter()
+            _body(decisions)
+            t3 = time.perf_counter()
+            gc.callbacks.remove(clocked)
+            topics = agg.topics.num_rows
+            agg = None
+            collected = _timed(collections.after_cycle) if between else 0.0
+            rows.append((t1 - t0, t2 - t1, t3 - t2, inside[0], collected))
+    finally:
+        collections.stop()
+    warm = rows[1:]
+    return tuple(statistics.median(r[i] for r in warm) for i in range(5)), decisions, topics
 
 
-def _publish(decisions) -> tuple[float, float, float]:
-    """The /metrics body of the decisions, as the cycle makes it (build, render): seconds,
-    the body's MB, and the traced peak of the two over what was held before (MB; a second
-    run, under tracemalloc, which slows it)."""
-    import tracemalloc
-
+def _body(decisions) -> bytes:
+    """The /metrics body of the decisions, as the cycle makes it (build, render)."""
     from exporter.exposition.build import CycleFacts, Tallies, build
     from exporter.exposition.metricset import process_body, render
 
     facts = CycleFacts("bench", decisions.checked_at, {}, decisions.checked_at, 60.0, 10.0,
                        60.0)
+    return render(build(facts, decisions, (), Tallies(), "bench"), topic_level=True,
+                  trailer=process_body())
 
-    def body() -> bytes:
-        return render(build(facts, decisions, (), Tallies(), "bench"), topic_level=True,
-                      trailer=process_body())
+
+def _publish(decisions) -> tuple[float, float, float]:
+    """The /metrics body of the decisions: seconds, the body's MB, and the traced peak of
+    making it over what was held before (MB; a second run, under tracemalloc, which slows
+    it)."""
+    import tracemalloc
 
     t0 = time.perf_counter()
-    size = len(body())
+    size = len(_body(decisions))
     seconds = time.perf_counter() - t0
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    body()
+    _body(decisions)
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
     return seconds, size / 1e6, peak / 1e6

@@ -96,3 +96,15 @@ def test_stop_from_another_thread_ends_the_real_loop():
     s.stop()
     t.join(30)
     assert not t.is_alive() and s.stopping
+
+
+def test_full_collections_are_the_loops_own_while_it_runs_and_cpythons_after():
+    """garbage.py: no full collection of CPython's during a cycle; thresholds restored."""
+    import gc
+
+    before = gc.get_threshold()
+    during: list[tuple[int, int, int]] = []
+    s, _ = scheduler(0.05, lambda: during.append(gc.get_threshold()), waits=2)
+    s.run()
+    assert during == [(*before[:2], 2**31 - 1)] * 2
+    assert gc.get_threshold() == before

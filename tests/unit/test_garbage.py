@@ -1,0 +1,73 @@
+"""Full collections between cycles (runtime/garbage.py): CPython's own are off, ours run
+when due, and collect what only a full collection finds."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from exporter.runtime.garbage import SPACING, FullCollections
+
+
+class Node:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _full_collections() -> tuple[list[int], object]:
+    seen: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            seen.append(1)
+
+    gc.callbacks.append(count)
+    return seen, count
+
+
+def test_a_cycle_in_the_oldest_generation_is_freed_by_after_cycle_only() -> None:
+    collections = FullCollections()
+    collections.start()
+    try:
+        node = Node()
+        gc.collect(1)  # survives the young generations: now in the oldest
+        gone = weakref.ref(node)
+        del node
+        gc.collect(1)  # what CPython's young sweeps do: not enough
+        assert gone() is not None
+        assert collections.after_cycle()
+        assert gone() is None
+    finally:
+        collections.stop()
+
+
+def test_a_full_collection_runs_once_due_after_spacing_times_the_last_one() -> None:
+    now = [1000.0]
+    collections = FullCollections(clock=lambda: now[0])
+    seen, callback = _full_collections()
+    try:
+        assert collections.after_cycle()  # the first cycle: due
+        assert len(seen) == 1
+        due = collections._due
+        assert now[0] < due <= now[0] + SPACING * 60  # it took more than 0 s, less than 60
+        now[0] = due - 1e-6
+        assert not collections.after_cycle()
+        assert len(seen) == 1
+        now[0] = due
+        assert collections.after_cycle()
+        assert len(seen) == 2
+    finally:
+        gc.callbacks.remove(callback)
+
+
+def test_stop_restores_the_thresholds_start_found() -> None:
+    before = gc.get_threshold()
+    collections = FullCollections()
+    collections.start()
+    assert gc.get_threshold() == (*before[:2], 2**31 - 1)
+    collections.stop()
+    assert gc.get_threshold() == before
+    collections.stop()  # twice: no harm
+    assert gc.get_threshold() == before
