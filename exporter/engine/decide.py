@@ -201,18 +201,22 @@ class Decider:
         ours = {t.partition("://")[2] for t in (self.config.resource_group_engine.topic,
                                                 quotas.lock_topic)}
         endings = tuple(ours)  # a test of the ending first: most topics fail it, cheaply
+        checked = [not (t.endswith(endings) and t.partition("://")[2] in ours) for t in topics]
+        counts = [counter(v) for v in msg_in]
+        # Every table first, the tables over their bound thinned together (agetable.py).
+        self.ages.observe_all(((t, c) for t, c, check in zip(topics, counts, checked,
+                                                              strict=True)
+                               if check and c is not None), now)
         system = not quotas.system_topics
         # Whether the limits resolved here disagree with those a broker printed: the same
         # for every topic of a namespace with the same printed limits, so asked once.
         disagreeing: dict[tuple[int, float | None, float | None], bool] = {}
-        for topic, ns, published_f, age, avg, per_entry, limit_size, limit_time in zip(
-                topics, namespaces, msg_in, ages, averages, per_entries, sizes, times,
-                strict=True):
-            if topic.endswith(endings) and topic.partition("://")[2] in ours:
+        for topic, check, ns, published, age, avg, per_entry, limit_size, limit_time in zip(
+                topics, checked, namespaces, counts, ages, averages, per_entries, sizes,
+                times, strict=True):
+            if not check:
                 continue
-            published = counter(published_f)
             if published is not None:
-                self.ages.observe(topic, now, published)
                 topic = self.ages.name(topic)  # one str a topic across cycles, not one each
             # The broker prints -1 until its backlog-quota check has measured the age.
             broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None

@@ -292,3 +292,34 @@ def test_thinning_drops_what_the_rule_says(history, start, max_points) -> None:
         elif isinstance(result, Collapsed):
             expected[-1] = Point(t, published)
         assert list(tables.points(T)) == expected
+
+
+@given(histories=st.lists(histories, min_size=1, max_size=6), max_points=st.integers(4, 12))
+def test_observing_all_topics_at_once_keeps_what_observing_each_keeps(histories, max_points
+                                                                      ) -> None:
+    """The check observes every topic in one call, thinning the full tables together."""
+    one, all_ = AgeTables(max_points), AgeTables(max_points)
+    topics = [f"{T}-{i}" for i in range(len(histories))]
+    published = dict.fromkeys(topics, 0)
+    t = 0.0
+    for step in range(max(len(h) for h in histories)):
+        t += 1.0 + step % 3 * 0.5
+        now = []
+        for topic, history in zip(topics, histories, strict=True):
+            if step < len(history):
+                published[topic] += history[step][1]
+                one.observe(topic, t, published[topic])
+                now.append((topic, published[topic]))
+        all_.observe_all(now, t)
+        assert [all_.points(topic) for topic in topics] == [one.points(topic) for topic in topics]
+
+
+def test_ties_in_cost_drop_the_older_point_first() -> None:
+    """A rate repeating every three points: points of equal cost, and time decides among
+    them (a sort that is not stable picked others)."""
+    tables, expected, published = AgeTables(), [], 0
+    for second in range(61):
+        published += (1, 2, 2)[second % 3]
+        tables.observe(T, 10.0 * second, published)
+        expected.append(Point(10.0 * second, published))
+    assert list(tables.points(T)) == _thinned_by_the_rule(expected)
