@@ -37,7 +37,7 @@ Rules, all documented here because the exported series depends on them:
   into a lower bound (60 points × 60 s would cap ages near one hour, a common time limit).
   Cost: one O(n log n) pass per n/4 inserts. Tables begun together fill together, so the
   check observes every topic in one call (`observe_all`), and the tables it takes over
-  the bound are thinned side by side in numpy: 4–5 µs a table where a loop over each
+  the bound are thinned side by side in numpy: ~4 µs a table where a loop over each
   one's points took 44 (`tests.bench.pipeline --ages`).
 - Points are kept in typed arrays (`array('d')` times, `array('q')` counts), 16 bytes a
   point, not lists of float and int objects (~76): a busy topic's full table, its dict
@@ -182,10 +182,11 @@ def _thin(tables: list[_Table]) -> int:
     Tables begun together fill together, so at a million topics every busy one thins in
     the same cycle: they are scored side by side, and chosen in lockstep (a loop over each
     table's points took 44 µs a table). Returns how many points each table lost."""
-    dropped = 0
+    n = len(tables[0].times)
+    quota = n // 4
     for at in range(0, len(tables), _CHUNK):
         chunk = tables[at:at + _CHUNK]
-        k, n = len(chunk), len(chunk[0].times)
+        k = len(chunk)
         times = np.frombuffer(b"".join(t.times for t in chunk), np.float64).reshape(k, n)
         counts = np.frombuffer(b"".join(t.counts for t in chunk), np.int64).reshape(k, n)
         before, middle, after = counts[:, :-2], times[:, 1:-1], times[:, 2:]
@@ -200,21 +201,19 @@ def _thin(tables: list[_Table]) -> int:
         rows = np.arange(k)
         for j in range(n - 2):  # each table's j-th cheapest point, all tables at once
             i = order[:, j]
-            free = ~taken[rows, i - 1] & ~taken[rows, i + 1] & (lost < n // 4)
+            free = ~taken[rows, i - 1] & ~taken[rows, i + 1] & (lost < quota)
             taken[rows[free], i[free]] = True
             lost += free
-            if lost.min() == n // 4:
+            if lost.min() == quota:
                 break
         # A greedy choice of points no two adjacent among n - 2 finds at least (n - 2) / 3,
         # so every table loses the same n // 4 (n ≥ 5): the kept points stay rectangular.
-        kept = n - n // 4
-        kept_times = times[~taken].reshape(k, kept)
-        kept_counts = counts[~taken].reshape(k, kept)
+        kept_times = times[~taken].reshape(k, n - quota)
+        kept_counts = counts[~taken].reshape(k, n - quota)
         for table, row_times, row_counts in zip(chunk, kept_times, kept_counts, strict=True):
             table.times = array("d", row_times.tobytes())
             table.counts = array("q", row_counts.tobytes())
-        dropped = n // 4
-    return dropped
+    return quota
 
 
 class AgeTables:

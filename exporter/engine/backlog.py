@@ -96,7 +96,9 @@ class Action(StrEnum):
 _NO_LIMIT, _WITHIN = LimitStatus.NO_LIMIT, LimitStatus.WITHIN
 _EXCEEDED, _UNKNOWN = LimitStatus.EXCEEDED, LimitStatus.UNKNOWN
 _OLDEST, _LARGEST = HolderBasis.OLDEST_MESSAGE, HolderBasis.LARGEST_BACKLOG
+_NO_BACKLOG = HolderBasis.NO_BACKLOG
 _REPORTED, _FROM_AVERAGE = SizeBasis.REPORTED, SizeBasis.FROM_AVERAGE
+_SIZE_UNKNOWN = SizeBasis.UNKNOWN
 _NONE = Action.NONE
 
 
@@ -230,7 +232,7 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
     if not ordered:
         return TopicDecision(
             state.topic, state.namespace, quota, source,
-            None, HolderBasis.NO_BACKLOG, 0, 0.0, _REPORTED,  # holder, bytes
+            None, _NO_BACKLOG, 0, 0.0, _REPORTED,  # holder, bytes
             None, None, 0.0,  # oldest publish time, its source, age
             _NO_LIMIT if limit_size is None else _WITHIN,
             _NO_LIMIT if cutoff is None else _WITHIN,
@@ -313,7 +315,7 @@ def _bytes(sub: SubscriptionBacklog, avg: float | None,
     if avg is not None:
         numerator, denominator = avg.as_integer_ratio()
         return (sub.backlog_messages * numerator, denominator), _FROM_AVERAGE
-    return None, SizeBasis.UNKNOWN
+    return None, _SIZE_UNKNOWN
 
 
 def _bytes_per_message(sub: SubscriptionBacklog, avg: float | None) -> Fraction | None:

@@ -5,7 +5,7 @@ A cycle leaves a few tracked objects a topic alive until the next one: its decis
 tables (engine/agetable.py), ~7.6 a topic. CPython 3.11 runs a full collection whenever
 the objects that survived into its oldest generation have grown by a quarter since the last
 one, and a full collection walks every live object: at 100k topics that was twice in every
-decide, 0.3 s each, 0.6–0.9 s of a cycle's 3.5–4 s of driver work (merge, decide,
+decide, 0.3 s each, 0.7–0.9 s of a cycle's 3.8–4.6 s of driver work (merge, decide,
 publication; `tests.bench.pipeline --engine`). It finds next to nothing: those objects hold
 no cycles, and go by their reference counts.
 
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 SPACING = 20
-_NEVER = 2**31 - 1  # a threshold CPython's int holds, never reached: one more a young sweep
+_NEVER = 2**31 - 1  # the oldest's count grows by one a middle sweep: never this far
 
 
 class FullCollections:
