@@ -9,6 +9,8 @@ import threading
 import time
 import uuid
 
+import pulsar
+
 from exporter.config.load import parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.cycle import CycleReport, Exporter
@@ -104,13 +106,24 @@ def series(report: CycleReport, name: str, topic: str, **labels: str) -> list[fl
 
 
 def produce_at(broker: ClusterBroker, topic: str, rate: float, stop: threading.Event,
-               size: int = 100) -> None:
-    """`rate` messages a second (paced on the clock, not by sleeps adding up) until `stop`."""
+               size: int = 100, timeouts: list[float] | None = None) -> None:
+    """`rate` messages a second (paced on the clock, not by sleeps adding up) until `stop`.
+
+    A send that times out goes on as an application's would: the client reconnects and the
+    pace restarts from then (no burst to catch up). Its time (monotonic) lands in `timeouts`.
+    A loaded 2-core CI once stalled a broker past the client's 30 s send timeout and
+    keep-alive, and the producing thread died with it."""
     with broker.client() as client:
         producer = client.create_producer(topic, batching_enabled=False)
         began, sent = time.monotonic(), 0
         while not stop.is_set():
-            producer.send(b"x" * size)
+            try:
+                producer.send(b"x" * size)
+            except pulsar.Timeout:
+                if timeouts is not None:
+                    timeouts.append(time.monotonic())
+                began, sent = time.monotonic(), 0
+                continue
             sent += 1
             stop.wait(max(0.0, began + sent / rate - time.monotonic()))
 

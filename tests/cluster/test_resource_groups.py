@@ -35,6 +35,7 @@ PERIOD = 2.0  # the brokers' resourceUsageTransportPublishIntervalInSecs (harnes
 RATES = (30, 10)  # messages a second on broker 1's topic, on broker 2's
 OBSERVE = 40.0  # seconds of rounds compared
 SLACK = 0.2  # seconds around each scrape window: arrival here and at the brokers differ
+STEADY = 5 * PERIOD  # seconds of sends at the rates before the last round is compared
 LIMITS = {"publishRateInMsgs": 1000, "publishRateInBytes": 1_000_000,
           "dispatchRateInMsgs": 500, "dispatchRateInBytes": 400_000}
 CLASSES = {MonitoringClass.PUBLISH: "Publish", MonitoringClass.DISPATCH: "Dispatch"}
@@ -76,6 +77,15 @@ def _exporter(cluster: ApacheCluster, group: str, ns: str) -> Exporter:
     return Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)), participate=True)
 
 
+def _observing(elapsed: float, timeouts: list[float]) -> bool:
+    """OBSERVE's rounds and 20 s more; then, after a send timed out (a broker stalled on a
+    loaded CI), until both producers have sent at their rates for STEADY seconds, so that
+    the last round splits the group by those rates (a minute more at most)."""
+    if elapsed < OBSERVE + 20:
+        return True
+    return bool(timeouts) and time.monotonic() - timeouts[-1] < STEADY and elapsed < OBSERVE + 80
+
+
 def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
         apache_cluster: ApacheCluster) -> None:
     first = apache_cluster.brokers[0]
@@ -85,7 +95,9 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
     reader = BrokerReports(UsageChannel(first.service_url, BROKER_USAGE_TOPIC, "cluster-splits",
                                         read_only=True), stale_after=30)
     stop = threading.Event()
-    producers = [threading.Thread(target=produce_at, args=(b, mine[b.broker_id], rate, stop))
+    timeouts: list[float] = []  # when a producer's send timed out (a stalled broker)
+    producers = [threading.Thread(target=produce_at,
+                                  args=(b, mine[b.broker_id], rate, stop, 100, timeouts))
                  for b, rate in zip(apache_cluster.brokers, RATES, strict=True)]
     model = BrokerSplits(PERIOD, silent_after=30, resolution=0.05)
     limits = {group: ResourceGroup(
@@ -119,7 +131,7 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
         drainer.start()
         began = time.monotonic()
         next_scrape = next_cycle = 0.0
-        while time.monotonic() - began < OBSERVE + 20:
+        while _observing(time.monotonic() - began, timeouts):
             if time.monotonic() >= next_cycle:  # the exporter, on its own reader and clock
                 next_cycle = time.monotonic() + PERIOD
                 published = exporter.cycle()
@@ -130,6 +142,9 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
                     counts = _calculated(broker, group)
                     readings[broker.broker_id].append(Reading(at, time.time(), counts))
             time.sleep(0.05)
+        assert all(t.is_alive() for t in producers), "a producer died (its traceback is above)"
+        assert not timeouts or time.monotonic() - timeouts[-1] >= STEADY, (
+            f"a broker still stalled {OBSERVE + 80:.0f} s in: sends timed out at {timeouts}")
     finally:
         stop.set()
         drained.set()
