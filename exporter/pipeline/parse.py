@@ -132,6 +132,7 @@ _ANY_SAMPLE = rf"^[ \t]*{_NAME}(?:[ \t]*\{{.*\}}[ \t]*|[ \t]+)(?:{_VALUE})(?:[ \
 _COMMENT_OR_SAMPLE = f"(?:{_COMMENT_OR_BLANK})|(?:{_ANY_SAMPLE})"
 
 _S = pa.large_string()
+_NOT_CLOSE = bytes(b for b in range(256) if b != ord("}"))
 # One row per kept sample of a read family; its labels are those of its label set, by row:
 # entities are found per set (pivot.py), not per sample.
 SAMPLES = pa.schema([
@@ -160,7 +161,7 @@ def parse_text(data: bytes | memoryview) -> Parsed:
     read = pc.match_substring_regex(lines, _READ_FAMILY)
     other = lines.filter(pc.invert(read))
     syntax = pc.sum(pc.invert(pc.match_substring_regex(other, _COMMENT_OR_SAMPLE))).as_py() or 0
-    candidates = lines.filter(read)
+    candidates = slices.only(lines, read)
     raw = np.frombuffer(data, np.uint8)
     clean = None
     if len(raw) and raw.min() < 4:  # a placeholder byte somewhere: which lines
@@ -168,43 +169,43 @@ def parse_text(data: bytes | memoryview) -> Parsed:
     # A backslash anywhere in the piece (memchr on bytes: a comparison array cost 80 ms on
     # a 65 MB body) sends the label sets through the unescaping; it is a no-op on others.
     escaped = b"\\" in data if isinstance(data, bytes) else bool((raw == ord("\\")).any())
-    samples, sets, invalid, duplicates = _cut(candidates, clean, escaped)
+    rows = np.flatnonzero(read.to_numpy(zero_copy_only=False))
+    samples, sets, invalid, duplicates = _cut(candidates, rows, clean, escaped)
     return Parsed(samples, sets, {MalformedReason.SYNTAX: syntax + invalid,
                                   MalformedReason.DUPLICATE_LABEL: duplicates})
 
 
-def _cut(lines: pa.LargeStringArray, clean: pa.BooleanArray | None, escaped: bool,
-         ) -> tuple[pa.Table, pa.Table, int, int]:
-    """Lines of read families → SAMPLES rows of the valid ones, their SETS, how many lines
-    are not valid, and how many valid ones named a label twice (left out). `clean`: which
-    lines hold no placeholder byte (None: all); `escaped`: whether the lines may hold a
-    backslash."""
+def _cut(lines: pa.LargeStringArray, rows: np.ndarray, clean: pa.BooleanArray | None,
+         escaped: bool) -> tuple[pa.Table, pa.Table, int, int]:
+    """Lines `rows` (of read families; the others null) → SAMPLES rows of the valid ones,
+    their SETS, how many lines are not valid, and how many valid ones named a label twice
+    (left out). `clean`: which lines hold no placeholder byte (None: all); `escaped`:
+    whether the lines may hold a backslash."""
     off, data = slices.buffers(lines)
-    n = len(lines)
-    start = slices.skip(data, off[:-1], off[1:], b" \t")
-    end = slices.back(data, off[1:], start, b" \t\r\n")
-    found = pc.find_substring(lines, "{").to_numpy(zero_copy_only=False)  # -1: none
-    braced, brace = found >= 0, off[:-1] + found
+    n = len(rows)
+    line_start, line_end = off[rows], off[rows + 1]
+    start = slices.skip(data, line_start, line_end, b" \t")
+    end = slices.back(data, line_end, start, b" \t\r\n")
+    found = pc.find_substring(lines, "{").fill_null(-1).to_numpy()[rows]  # -1: none
+    braced, brace = found >= 0, line_start + found
     name_end = slices.back(data, brace, start, b" \t")
     bare = np.flatnonzero(~braced)  # `name value`: the name ends at the first blank
     name_end[bare] = slices.until(data, start[bare], end[bare], b" \t")
-    # The set closes at the line's last "}": neither a value nor a timestamp holds one.
-    closes = np.flatnonzero(data == ord("}"))
-    close = closes[np.maximum(np.searchsorted(closes, end, "left") - 1, 0)] \
-        if len(closes) else brace
-    has_set = braced & (close > brace) & (close < end)
-    close = np.where(has_set, close, brace)
+    # The set closes at the line's last "}": neither a value nor a timestamp holds one, so
+    # it is found stepping back over them (a search of the whole body cost more).
+    after = slices.back(data, end, np.where(braced, brace + 1, end), _NOT_CLOSE)
+    has_set = braced & (after > brace + 1)
+    close = np.where(has_set, after - 1, brace)
     value_start = slices.skip(data, np.where(braced, close + 1, name_end), end, b" \t")
     value_end, value_text, value_ok = _values(data, value_start, end)
     names = slices.distinct(data, start, name_end)
     family = pc.take(pc.index_in(names.dictionary, pa.array(FAMILIES, _S)), names.indices)
-    values = pc.cast(pc.if_else(pa.array(value_ok), value_text, pa.scalar(None, _S)),
-                     pa.float64())
+    values = pc.cast(slices.only(value_text, pa.array(value_ok)), pa.float64())
     sets, row, set_ok, duplicate = _sets(data, brace, close, has_set, escaped)
     valid = (family.is_valid().to_numpy(zero_copy_only=False)
-             & value_ok & _ends_well(data, value_end, off[1:]) & (set_ok | ~braced))
+             & value_ok & _ends_well(data, value_end, line_end) & (set_ok | ~braced))
     if clean is not None:
-        valid &= clean.to_numpy(zero_copy_only=False)
+        valid &= clean.fill_null(False).to_numpy(zero_copy_only=False)[rows]
     duplicate &= valid
     table = pa.table({"family": family.cast(pa.int32()), "value": values,
                       "set": pa.array(row, pa.int32())}, schema=SAMPLES)

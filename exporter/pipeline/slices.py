@@ -34,6 +34,24 @@ def split_lines(data: bytes | memoryview) -> pa.LargeStringArray:
         return split_lines(fixed)
 
 
+def only(strings: pa.LargeStringArray, keep: pa.BooleanArray) -> pa.LargeStringArray:
+    """`strings` with those not kept null, over the same buffers. Arrow's format lets a null
+    slot span bytes, so nothing is copied, where `filter` copies the kept bytes into fresh
+    memory: at 10k topics 42 MB of the 65 MB body, ~10k pages faulted in, ~50 ms of a
+    350 ms parse (the system pool's buffers get no huge pages)."""
+    _, offsets, data = strings.buffers()
+    if strings.offset == 0 and strings.null_count == 0 and keep.offset == 0 \
+            and keep.null_count == 0:
+        validity = keep.buffers()[1]
+    else:  # the bitmap counts from the buffers' start, not from the array's offset
+        bits = np.zeros(strings.offset + len(strings), bool)
+        bits[strings.offset:] = pc.and_(keep.fill_null(False), strings.is_valid()).to_numpy(
+            zero_copy_only=False)
+        validity = pa.py_buffer(np.packbits(bits, bitorder="little"))
+    return pa.LargeStringArray.from_buffers(len(strings), offsets, data, validity,
+                                            offset=strings.offset)
+
+
 def buffers(lines: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, data) of a large_string array as numpy arrays: line i is
     data[offsets[i]:offsets[i + 1]]. `data` is a copy with zero bytes after the text

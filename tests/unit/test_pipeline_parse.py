@@ -303,6 +303,18 @@ def test_views_are_the_slices_they_name(text, data):
     assert got == [text[a:b] if p else None for a, b, p in zip(start, end, present, strict=True)]
 
 
+@given(strings=st.lists(st.none() | st.text(max_size=5)), data=st.data())
+def test_only_nulls_what_is_not_kept_and_keeps_the_rest(strings, data):
+    """Whatever the array's offset (the validity bitmap counts from the buffers' start) and
+    nulls in either input: kept strings stay, the others are null."""
+    n = len(strings)
+    skip = data.draw(st.integers(0, n))
+    keep = data.draw(st.lists(st.none() | st.booleans(), min_size=n - skip, max_size=n - skip))
+    array = pa.array(strings, pa.large_string()).slice(skip)
+    got = slices.only(array, pa.array(keep, pa.bool_()).slice(0)).to_pylist()
+    assert got == [s if k else None for s, k in zip(strings[skip:], keep, strict=True)]
+
+
 # --- law: any label value and any finite or special value survives the text format ------
 
 _LABEL_TEXT = st.text(
