@@ -5,7 +5,9 @@ fleet is a hundred of them per check interval. So no step runs Python per line:
 
 1. the body is split at "\\n" into one zero-copy string array (`slices.split_lines`);
 2. lines of the families the exporter reads are picked first, by one anchored RE2 match
-   (most of a Pulsar body is JVM, bookie and per-topic families it never reads);
+   (most of a Pulsar body is JVM, bookie and per-topic families it never reads), in place:
+   the other lines are nulled over the same buffers, not the picked ones copied out
+   (`slices.only`);
 3. names, label sets, values and what follows them are cut by byte arithmetic over the
    buffer (`slices`), and each piece is checked against its part of the text format's
    grammar: the name is one of `FAMILIES`, the value and its ending are matched by RE2,
