@@ -40,13 +40,14 @@ def label_columns(sets: pa.LargeStringArray, escaped: bool,
         sets = pc.replace_substring(sets, "\\n", "\n")
         sets = pc.replace_substring_regex(sets, r"\\(.)", r"\1")
     off, data = slices.buffers(sets)
-    return _labels(data, off, off[:-1], off[1:] - 1, escaped)
+    return _labels(data, off, escaped)
 
 
-def _labels(data: np.ndarray, off: np.ndarray, brace: np.ndarray, close: np.ndarray,
-            escaped: bool) -> tuple[dict[str, pa.DictionaryArray], np.ndarray]:
-    """The `LABELS` columns of each set spanning (brace, close) and whether it names any
-    label twice."""
+def _labels(data: np.ndarray, off: np.ndarray, escaped: bool,
+            ) -> tuple[dict[str, pa.DictionaryArray], np.ndarray]:
+    """The `LABELS` columns of each set (set i is data[off[i]:off[i + 1]], its "{" first and
+    its "}" last) and whether it names any label twice."""
+    brace, close = off[:-1], off[1:] - 1
     n = len(brace)
     quotes = np.flatnonzero(data == ord('"'))
     row = np.searchsorted(off, quotes, "right") - 1
