@@ -34,6 +34,7 @@ from typing import Any, Self, TypeVar
 import pytest
 
 from exporter.demo.embedded import free_ports
+from tests.harness import jvmlogs
 from tests.harness.apache_pulsar import (
     STANDALONE_OVERRIDES,
     TRANSPORT,
@@ -320,10 +321,13 @@ class ApacheCluster:
         return sum(self.rss_of(p) for p in (self.zookeeper, self.bookie,
                                             *(b.process for b in self.brokers)))
 
-    def part_logs(self) -> str:
-        """The tail of every part's log: what a failing test shows."""
-        parts: list[Any] = [self.zookeeper, self.bookie, *(b.process for b in self.brokers)]
-        return "\n".join(p.log_tail(15) for p in parts if p is not None)
+    def logs_since(self, began: float) -> str:
+        """What a failing test shows (tests/cluster/conftest.py): every part's warnings,
+        errors and long pauses since the test `began` (epoch seconds; jvmlogs.py)."""
+        parts = [("zookeeper", self.zookeeper), ("bookie", self.bookie),
+                 *((b.broker_id, b.process) for b in self.brokers)]
+        return "\n".join(jvmlogs.since(name, process.log_path, began)
+                         for name, process in parts if process is not None)
 
 
 def apache_cluster_fixture(scope: str = "session", **options: Any):
