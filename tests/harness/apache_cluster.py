@@ -317,17 +317,20 @@ class ApacheCluster:
                         total += int(line.split()[1]) * 1024
         return total
 
+    def _parts(self) -> list[tuple[str, ManagedProcess]]:
+        """Every started part's process, by name: ZooKeeper, the bookie, the brokers."""
+        parts = [("zookeeper", self.zookeeper), ("bookie", self.bookie),
+                 *((b.broker_id, b.process) for b in self.brokers)]
+        return [(name, process) for name, process in parts if process is not None]
+
     def rss_bytes(self) -> int:
-        return sum(self.rss_of(p) for p in (self.zookeeper, self.bookie,
-                                            *(b.process for b in self.brokers)))
+        return sum(self.rss_of(process) for _, process in self._parts())
 
     def logs_since(self, began: float) -> str:
         """What a failing test shows (tests/cluster/conftest.py): every part's warnings,
         errors and long pauses since the test `began` (epoch seconds; jvmlogs.py)."""
-        parts = [("zookeeper", self.zookeeper), ("bookie", self.bookie),
-                 *((b.broker_id, b.process) for b in self.brokers)]
         return "\n".join(jvmlogs.since(name, process.log_path, began)
-                         for name, process in parts if process is not None)
+                         for name, process in self._parts())
 
 
 def apache_cluster_fixture(scope: str = "session", **options: Any):

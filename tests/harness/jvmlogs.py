@@ -20,9 +20,10 @@ _CONSOLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3}[+-]\d{4}) \[[^\]]
 _GC = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d{4})\]")
 # A collection's pause ("... 9M->8M(66M) 79.493ms") or a safepoint's ("... Total: 81712987 ns")
 _TOOK = re.compile(r"(?:Pause .* ([0-9.]+)ms|Total: (\d+) ns)$")
+SLOWEST = 0.5  # seconds: a pause or safepoint this long is shown
 
 
-def notable(lines: Iterable[str], since: float, slowest: float = 0.5) -> list[str]:
+def notable(lines: Iterable[str], since: float, slowest: float = SLOWEST) -> list[str]:
     """The lines from `since` (epoch seconds) on that are a console log's WARN or ERROR, or a
     GC log's pause or safepoint of `slowest` seconds or more. Lines without a time of their
     own (a stack trace's) are left out: the line that begins the entry says what happened."""
@@ -43,13 +44,14 @@ def notable(lines: Iterable[str], since: float, slowest: float = 0.5) -> list[st
 def since(name: str, console: Path, after: float, lines: int = 40) -> str:
     """`notable` lines of one part's console log and of the GC logs beside it (the last
     `lines` of each file), under a heading naming the part."""
-    shown = [f"--- {name}: warnings, errors and pauses of 0.5 s or more ---"]
+    shown = [f"--- {name}: warnings, errors and pauses of {SLOWEST} s or more ---"]
     for path in (console, *sorted(console.parent.glob("logs/*gc*.log"))):
         try:
             text = path.read_text(errors="replace")
         except OSError:
             continue
         found = notable(text.splitlines(), after)
-        shown += [f"({path.name}: {len(found)} lines, the last {lines})", *found[-lines:]] \
-            if len(found) > lines else found
+        if len(found) > lines:
+            shown.append(f"({path.name}: {len(found)} lines, the last {lines})")
+        shown += found[-lines:]
     return "\n".join(shown)
