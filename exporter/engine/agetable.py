@@ -39,12 +39,17 @@ Rules, all documented here because the exported series depends on them:
   check observes every topic in one call (`observe_all`), and the tables it takes over
   the bound are thinned side by side in numpy: ~4 µs a table where a loop over each
   one's points took 44 (`tests.bench.pipeline --ages`).
-- Points are kept in typed arrays (`array('d')` times, `array('q')` counts), 16 bytes a
-  point, not lists of float and int objects (~76): a busy topic's full table, its dict
-  entry included, is 1,293 bytes instead of 4,567 (`tests.bench.pipeline --ages`, the name
-  aside: a table refers to the one it was made with, for the decisions to share). At a
-  million topics that is 1.3 GB instead of 4.6 once every table has filled, after
-  `max_points` cycles of new messages: a growth no short run shows.
+- All tables live in one store, a row each: column j of two 2-D arrays holds every
+  table's j-th point (times float64, counts int64), 16 bytes a point. A cycle observes
+  every topic in one call (`observe_all`) and estimates every subscription's age in
+  another (`ages`), both in numpy over the rows, where a `_Table` object a topic with a
+  bisect a lookup took ~4 µs a topic at a million (line profile, 2026-11-29). The arrays
+  are allocated `max_points` + 1 columns wide and are resident as far as they are filled:
+  a column is contiguous, so the pages of columns no table has reached are never touched.
+  A full table is 976 bytes, and there is no object a table for the garbage collector to
+  walk (the `_Table`s, two typed arrays each, were 1,293 bytes full and ~330 after three
+  cycles; `tests.bench.pipeline --ages`). At a million topics that is ~1 GB once every
+  table has filled, after `max_points` cycles of new messages: a growth no short run shows.
 
 The estimate is monotone: a larger backlog never gets a smaller age. The topic's age is the
 largest over its subscriptions (`topic_age`); by monotonicity that is the estimate for the
@@ -53,9 +58,7 @@ largest backlog. Pure: no clock reads, times are passed in (epoch seconds).
 
 from __future__ import annotations
 
-from array import array
-from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -108,7 +111,6 @@ class OutOfOrder:
 
 Observation = Inserted | Collapsed | TableReset | OutOfOrder
 _INSERTED = Inserted()  # what most observations answer: one object, it is frozen
-_OVER = Inserted(-1)  # inserted, and the table is over its bound: not an answer, a mark
 
 
 # --- estimate() outcomes ------------------------------------------------------------------
@@ -141,136 +143,178 @@ class Estimate:
 AgeEstimate = NoPoints | NoBacklog | Estimate
 
 
-class _Table:
-    """One topic's points, ordered by time, counts non-decreasing, no three equal in a row."""
-
-    __slots__ = ("counts", "name", "times")
-
-    def __init__(self, name: str, t: float, published: int) -> None:
-        self.name = name
-        self.times = array("d", (t,))
-        self.counts = array("q", (published,))
-
-    def append(self, t: float, published: int) -> None:
-        self.times.append(t)
-        self.counts.append(published)
-
-    def time_reached(self, target: int, now: float, published_total: int,
-                     ) -> tuple[float, Method] | None:
-        """When the counter first reached `target`, as an age at `now`; None if unknown."""
-        times, counts = self.times, self.counts
-        j = bisect_left(counts, target)
-        if j == 0:
-            return max(0.0, now - times[0]), Method.LOWER_BOUND
-        if j < len(counts):
-            t0, c0, t1, c1 = times[j - 1], counts[j - 1], times[j], counts[j]
-        elif target <= published_total:
-            # Newer than the table: the snapshot itself, (now, published_total), closes it.
-            t0, c0, t1, c1 = times[-1], counts[-1], max(now, times[-1]), published_total
-        else:
-            return None
-        published_at = t0 + (target - c0) / (c1 - c0) * (t1 - t0)  # c0 < target ≤ c1
-        return max(0.0, now - published_at), Method.INTERPOLATED
-
-
 _CHUNK = 4096  # tables thinned at once: their points side by side, ~4 MB
+_FAR = 2**62  # backlogs and counters clipped to ±this, so that a target is an int64
 
 
-def _thin(tables: list[_Table]) -> int:
-    """Merge away a quarter of each table's points, those whose loss costs the least (see
-    the module), for tables of one length: every table over the bound has `max_points` + 1.
-    Tables begun together fill together, so at a million topics every busy one thins in
-    the same cycle: they are scored side by side, and chosen in lockstep (a loop over each
-    table's points took 44 µs a table). Returns how many points each table lost."""
-    n = len(tables[0].times)
-    quota = n // 4
-    for at in range(0, len(tables), _CHUNK):
-        chunk = tables[at:at + _CHUNK]
-        k = len(chunk)
-        times = np.frombuffer(b"".join(t.times for t in chunk), np.float64).reshape(k, n)
-        counts = np.frombuffer(b"".join(t.counts for t in chunk), np.int64).reshape(k, n)
-        before, middle, after = counts[:, :-2], times[:, 1:-1], times[:, 2:]
-        span = (counts[:, 2:] - before).astype(np.float64)  # > 0: no three equal in a row
-        merged = times[:, :-2] + (counts[:, 1:-1] - before) / span * (after - times[:, :-2])
-        error = np.abs(middle - merged) / np.maximum(times[:, -1:] - middle, 1e-9)
-        # Least error first; times increase along a table, so a stable sort breaks ties by
-        # time, as the module says.
-        order = np.argsort(error, axis=1, kind="stable") + 1
-        taken = np.zeros((k, n), bool)
-        lost = np.zeros(k, np.int64)
-        rows = np.arange(k)
-        for j in range(n - 2):  # each table's j-th cheapest point, all tables at once
-            i = order[:, j]
-            free = ~taken[rows, i - 1] & ~taken[rows, i + 1] & (lost < quota)
-            taken[rows[free], i[free]] = True
-            lost += free
-            if lost.min() == quota:
-                break
-        # A greedy choice of points no two adjacent among n - 2 finds at least (n - 2) / 3,
-        # so every table loses the same n // 4 (n ≥ 5): the kept points stay rectangular.
-        kept_times = times[~taken].reshape(k, n - quota)
-        kept_counts = counts[~taken].reshape(k, n - quota)
-        for table, row_times, row_counts in zip(chunk, kept_times, kept_counts, strict=True):
-            table.times = array("d", row_times.tobytes())
-            table.counts = array("q", row_counts.tobytes())
-    return quota
+def _thinned(times: np.ndarray, counts: np.ndarray, quota: int) -> np.ndarray:
+    """Which of each table's points to merge away (True), `quota` of them, those whose loss
+    costs the least (see the module), for `k` tables of `n` points as (k, n) arrays: tables
+    begun together fill together, so at a million topics every busy one thins in the same
+    cycle, and they are scored side by side and chosen in lockstep (a loop over each
+    table's points took 44 µs a table)."""
+    k, n = times.shape
+    before, middle, after = counts[:, :-2], times[:, 1:-1], times[:, 2:]
+    span = (counts[:, 2:] - before).astype(np.float64)  # > 0: no three equal in a row
+    merged = times[:, :-2] + (counts[:, 1:-1] - before) / span * (after - times[:, :-2])
+    error = np.abs(middle - merged) / np.maximum(times[:, -1:] - middle, 1e-9)
+    # Least error first; times increase along a table, so a stable sort breaks ties by
+    # time, as the module says.
+    order = np.argsort(error, axis=1, kind="stable") + 1
+    taken = np.zeros((k, n), bool)
+    lost = np.zeros(k, np.int64)
+    rows = np.arange(k)
+    for j in range(n - 2):  # each table's j-th cheapest point, all tables at once
+        i = order[:, j]
+        free = ~taken[rows, i - 1] & ~taken[rows, i + 1] & (lost < quota)
+        taken[rows[free], i[free]] = True
+        lost += free
+        if lost.min() == quota:
+            break
+    # A greedy choice of points no two adjacent among n - 2 finds at least (n - 2) / 3,
+    # so every table loses the same n // 4 (n ≥ 5): the kept points stay rectangular.
+    return taken
+
+
+# What `_update` found a point to be, a code a point.
+_APPENDED, _COLLAPSED, _RESET, _STALE = 0, 1, 2, 3
 
 
 class AgeTables:
-    """Bounded (time, published) tables keyed by topic; state kept between check cycles."""
+    """Bounded (time, published) tables keyed by topic, a row each of one store; state kept
+    between check cycles."""
 
     def __init__(self, max_points: int = DEFAULT_MAX_POINTS) -> None:
         if max_points < _MIN_POINTS:
             raise ValueError(f"max_points must be ≥ {_MIN_POINTS}, got {max_points}")
         self.max_points = max_points
-        self._tables: dict[str, _Table] = {}
+        self._row: dict[str, int] = {}
+        self._names: list[str | None] = []  # a row's topic, as its table was made with
+        self._free: list[int] = []  # rows of tables dropped, for new ones
+        self._length = np.zeros(0, np.int64)  # points a row
+        self._times = np.zeros((max_points + 1, 0))  # [point, row]
+        self._counts = np.zeros((max_points + 1, 0), np.int64)
 
     def __len__(self) -> int:
-        return len(self._tables)
+        return len(self._row)
 
     def __contains__(self, topic: object) -> bool:
-        return topic in self._tables
+        return topic in self._row
 
     def points(self, topic: str) -> tuple[Point, ...]:
-        table = self._tables.get(topic)
-        if table is None:
+        r = self._row.get(topic)
+        if r is None:
             return ()
-        return tuple(Point(t, c) for t, c in zip(table.times, table.counts, strict=True))
+        n = int(self._length[r])
+        return tuple(Point(t, c) for t, c in zip(self._times[:n, r].tolist(),
+                                                 self._counts[:n, r].tolist(), strict=True))
 
+    # --- observing ----------------------------------------------------------------------------
     def observe(self, topic: str, t: float, published_total: int) -> Observation:
         """Record that `topic` had published `published_total` messages at time `t`
         (a count a signed 64-bit integer holds, as the broker's counters are)."""
-        observation = self._add(topic, t, published_total)
-        if observation is _OVER:
-            return Inserted(_thin([self._tables[topic]]))
-        return observation
+        r = self._row.get(topic)
+        newest = None if r is None or not self._length[r] else \
+            (float(self._times[self._length[r] - 1, r]), int(self._counts[self._length[r] - 1, r]))
+        row = self._rows([topic], np.ones(1, bool))
+        code, thinned = self._update(row, np.array([published_total], np.int64), t)
+        if code[0] == _STALE and newest is not None:
+            return OutOfOrder(newest[0])
+        if code[0] == _RESET and newest is not None:
+            self._names[int(row[0])] = topic  # a new table, with the name it is given
+            return TableReset(newest[1], published_total)
+        if code[0] == _COLLAPSED:
+            return Collapsed(float(self._times[self._length[row[0]] - 2, row[0]]),
+                             published_total)
+        return Inserted(thinned) if thinned else _INSERTED
 
-    def observe_all(self, points: Iterable[tuple[str, int]], t: float) -> None:
-        """`observe` of every (topic, published_total) at one time `t`, the tables over
-        the bound thinned together (the check's cycle: one call for all its topics)."""
-        over = [self._tables[topic] for topic, published in points
-                if self._add(topic, t, published) is _OVER]
-        if over:
-            _thin(over)
+    def observe_all(self, topics: Sequence[str], published: np.ndarray, seen: np.ndarray,
+                    t: float) -> np.ndarray:
+        """`observe` of every topic `seen` (its count in `published`) at one time `t`, the
+        tables over the bound thinned together (the check's cycle: one call for all its
+        topics). Returns each topic's row, for `ages` and `names` (-1: no table)."""
+        rows = self._rows(topics, seen)
+        at = np.flatnonzero(seen)
+        if at.size and np.bincount(rows[at]).max() > 1:
+            # A topic twice: its later points are not newer than its first, so stale.
+            at = np.sort(at[np.unique(rows[at], return_index=True)[1]])
+        code, _ = self._update(rows[at], published[at], t)
+        for i in at[code == _RESET].tolist():
+            self._names[int(rows[i])] = topics[i]  # a new table, with the name it is given
+        return rows
 
-    def _add(self, topic: str, t: float, published_total: int) -> Observation:
-        """`observe` but the thinning: `_OVER` where the table needs it."""
-        table = self._tables.get(topic)
-        if table is None:
-            self._tables[topic] = _Table(topic, t, published_total)
-            return _INSERTED
-        if t <= table.times[-1]:
-            return OutOfOrder(table.times[-1])
-        newest = table.counts[-1]
-        if published_total < newest:
-            self._tables[topic] = _Table(topic, t, published_total)
-            return TableReset(newest, published_total)
-        if len(table.counts) >= 2 and table.counts[-2] == newest == published_total:
-            table.times[-1] = t
-            return Collapsed(table.times[-2], published_total)
-        table.append(t, published_total)
-        return _OVER if len(table.times) > self.max_points else _INSERTED
+    def _rows(self, topics: Sequence[str], seen: np.ndarray) -> np.ndarray:
+        """Each topic's row; a new one where `seen` and it has none, else -1."""
+        get = self._row.get
+        rows = np.fromiter((get(topic, -1) for topic in topics), np.int64, len(topics))
+        fresh = np.flatnonzero(seen & (rows < 0)).tolist()
+        self._reserve(len(fresh) - len(self._free))
+        for i in fresh:
+            topic = topics[i]
+            r = self._row.get(topic)  # a topic twice in one call: one row
+            if r is None:
+                r = self._free.pop() if self._free else len(self._names)
+                if r == len(self._names):
+                    self._names.append(None)
+                self._row[topic], self._names[r], self._length[r] = r, topic, 0
+            rows[i] = r
+        return rows
 
+    def _reserve(self, rows: int) -> None:
+        """Room for `rows` more tables. The arrays grow by a sixteenth more than asked:
+        transparent huge pages make a column resident 2 MB at a time, so room held
+        for tables to come is resident once the columns fill. Only the columns some
+        table reached are copied."""
+        used = len(self._names)
+        if used + rows <= self._length.size:
+            return
+        capacity = max(1024, used + rows + (used + rows) // 16)
+        width = int(self._length.max()) if self._length.size else 0
+        times = np.zeros((self.max_points + 1, capacity))  # pages mapped when first written
+        counts = np.zeros((self.max_points + 1, capacity), np.int64)
+        times[:width, :used] = self._times[:width, :used]
+        counts[:width, :used] = self._counts[:width, :used]
+        self._times, self._counts = times, counts
+        self._length = np.concatenate([self._length[:used], np.zeros(capacity - used, np.int64)])
+
+    def _update(self, rows: np.ndarray, published: np.ndarray, t: float,
+                ) -> tuple[np.ndarray, int]:
+        """One point a row (rows distinct) at time `t`: each point's code, and how many
+        points each table over the bound lost (0 if none was)."""
+        times, counts, length = self._times, self._counts, self._length[rows]
+        last = np.maximum(length - 1, 0)
+        newest_t, newest_c = times[last, rows], counts[last, rows]
+        begun = length > 0
+        stale = begun & (t <= newest_t)
+        reset = begun & ~stale & (published < newest_c)
+        flat = begun & ~stale & ~reset & (length >= 2) & (newest_c == published) \
+            & (counts[np.maximum(length - 2, 0), rows] == newest_c)
+        code = np.full(rows.size, _APPENDED, np.int8)
+        code[flat], code[reset], code[stale] = _COLLAPSED, _RESET, _STALE
+        first = ~begun | reset  # the table (re)starts with this point
+        r = rows[first]
+        times[0, r], counts[0, r], self._length[r] = t, published[first], 1
+        times[last[flat], rows[flat]] = t  # the flat run's right end moves
+        grows = begun & (code == _APPENDED)
+        r, at = rows[grows], length[grows]
+        times[at, r], counts[at, r], self._length[r] = t, published[grows], at + 1
+        over = r[at >= self.max_points]
+        return code, (self._thin(over) if over.size else 0)
+
+    def _thin(self, rows: np.ndarray) -> int:
+        """Merge away a quarter of these full tables' points (`max_points` + 1 each)."""
+        n = self.max_points + 1
+        quota = n // 4
+        for at in range(0, rows.size, _CHUNK):
+            chunk = rows[at:at + _CHUNK]
+            times, counts = self._times[:, chunk].T, self._counts[:, chunk].T
+            kept = ~_thinned(times, counts, quota)
+            self._times[:n - quota, chunk] = times[kept].reshape(-1, n - quota).T
+            self._counts[:n - quota, chunk] = counts[kept].reshape(-1, n - quota).T
+        self._length[rows] = n - quota
+        return quota
+
+    # --- estimating ---------------------------------------------------------------------------
     def estimate(
         self, topic: str, backlog_messages: int, published_total: int, now: float
     ) -> AgeEstimate:
@@ -281,33 +325,70 @@ class AgeTables:
         """
         if backlog_messages <= 0:
             return NoBacklog()
-        found = self.age(topic, backlog_messages, published_total, now)
-        return NoPoints() if found is None else Estimate(*found)
+        ages, lower = self.ages(np.array([self._row.get(topic, -1)]),
+                                np.array([backlog_messages]), np.array([published_total]), now)
+        if ages[0] != ages[0]:
+            return NoPoints()
+        return Estimate(float(ages[0]), Method.LOWER_BOUND if lower[0] else Method.INTERPOLATED)
 
-    def age(self, topic: str, backlog_messages: int, published_total: int, now: float,
-            ) -> tuple[float, Method] | None:
-        """`estimate` of a backlog > 0 as (age in seconds, method), None for `NoPoints`:
-        the backlog check asks for a subscription of every topic, every cycle, and an
-        `Estimate` an answer was 8 % of its time (py-spy, 100k topics)."""
-        table = self._tables.get(topic)
-        if table is None or len(table.times) < 2 or published_total < table.counts[-1]:
-            return None
-        return table.time_reached(published_total - backlog_messages + 1, now,
-                                  published_total)
+    def ages(self, rows: np.ndarray, backlogs: np.ndarray, published: np.ndarray, now: float,
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """`estimate` of many backlogs (> 0) at once: each one's age in seconds (NaN for
+        `NoPoints`, and where its row is -1) and whether it is a lower bound. `rows` are
+        `observe_all`'s, `published` each row's count as observed now."""
+        valid = (rows >= 0) & (rows < self._length.size)
+        rows = np.where(valid, rows, 0)
+        ages = np.full(rows.size, np.nan)
+        if not self._length.size:
+            return ages, np.zeros(rows.size, bool)
+        times, counts = self._times, self._counts
+        length = np.where(valid, self._length[rows], 0)
+        last = np.maximum(length - 1, 0)
+        published = np.clip(published, -_FAR, _FAR)
+        known = (length >= 2) & (published >= counts[last, rows])
+        # The message the oldest unacknowledged one is: when did the counter reach it?
+        target = published - np.clip(backlogs, 0, _FAR) + 1
+        lo, hi = np.zeros(rows.size, np.int64), np.where(known, length, 0)
+        while (searching := lo < hi).any():  # bisect_left in every row at once
+            mid = (lo + hi) >> 1
+            below = counts[np.minimum(mid, self.max_points), rows] < target
+            lo = np.where(searching & below, mid + 1, lo)
+            hi = np.where(searching & ~below, mid, hi)
+        bound = known & (lo == 0)  # reached before the oldest point
+        inside = known & (lo > 0) & (lo < length)
+        newer = known & (lo == length) & (target <= published)  # closed by the snapshot
+        j = np.clip(lo, 1, self.max_points)
+        t0, c0 = times[j - 1, rows], counts[j - 1, rows]
+        t1 = np.where(inside, times[j, rows], np.maximum(now, times[last, rows]))
+        c1 = np.where(inside, counts[j, rows], published)
+        with np.errstate(divide="ignore", invalid="ignore"):  # where neither, c1 may be c0
+            at = t0 + (target - c0) / (c1 - c0) * (t1 - t0)  # c0 < target ≤ c1
+            ages[inside | newer] = np.maximum(0.0, now - at)[inside | newer]
+        ages[bound] = np.maximum(0.0, now - times[0, rows])[bound]
+        return ages, bound
 
+    # --- names and rows -----------------------------------------------------------------------
     def name(self, topic: str) -> str:
         """The str this table was made with for `topic` (equal to it). Whoever keeps a
         topic's name past the cycle takes this one: each cycle's tables spell every name
         afresh (a second copy of each was 78 bytes a topic at 100k topics, tracemalloc)."""
-        table = self._tables.get(topic)
-        return topic if table is None else table.name
+        r = self._row.get(topic)
+        return topic if r is None else self._names[r] or topic
+
+    def names(self, rows: np.ndarray) -> list[str | None]:
+        """`name` of each row (`observe_all`'s), None for -1."""
+        names = self._names
+        return [names[r] if r >= 0 else None for r in rows.tolist()]
 
     def retain(self, topics: Iterable[str]) -> int:
         """Keep only these topics' tables (the others vanished); returns how many were dropped."""
         keep = set(topics)
-        gone = [topic for topic in self._tables if topic not in keep]
+        gone = [topic for topic in self._row if topic not in keep]
         for topic in gone:
-            del self._tables[topic]
+            r = self._row.pop(topic)
+            self._names[r] = None
+            self._length[r] = 0
+            self._free.append(r)
         return len(gone)
 
 

@@ -12,7 +12,7 @@ from exporter.pipeline.model import LONG_BOUND
 _REPEATED = frozenset({"namespace", "subscription"})  # few distinct values, many rows
 
 
-def rows(table: pa.Table, names: tuple[str, ...]) -> list[list]:
+def rows_of(table: pa.Table, names: tuple[str, ...]) -> list[list]:
     """The named columns as Python lists, for the engine's loops over entities."""
     return [shared(table.column(n)) if n in _REPEATED else table.column(n).to_pylist()
             for n in names]
@@ -34,6 +34,11 @@ def shared(column: pa.ChunkedArray) -> list[str | None]:
     return values
 
 
-def counter(v: float | None) -> int | None:
-    """A message counter as an int; None where no long holds it (malformed, not a count)."""
-    return None if v is None or not -LONG_BOUND < v < LONG_BOUND else int(v)
+def counts(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A message counter as int64, and where it is one: not where no long holds it
+    (null, NaN, beyond ±2^63: malformed, not a count)."""
+    values = np.asarray(pc.fill_null(column, 0.0).to_numpy(zero_copy_only=False), np.float64)
+    with np.errstate(invalid="ignore"):
+        fits = np.abs(values) < LONG_BOUND
+    fits &= np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)
+    return np.where(fits, values, 0.0).astype(np.int64), fits

@@ -15,8 +15,11 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+import pyarrow.compute as pc
+
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
-from exporter.engine.agetable import AgeTables, Method
+from exporter.engine.agetable import AgeTables
 from exporter.engine.attention import disagrees
 from exporter.engine.backlog import (
     MEASURED,
@@ -26,7 +29,7 @@ from exporter.engine.backlog import (
     TopicDecision,
     check_against,
 )
-from exporter.engine.columns import counter, rows
+from exporter.engine.columns import counts, rows_of
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.quotas import Resolver
@@ -36,6 +39,10 @@ from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_g
 from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot, TopicStats
+
+# A subscription as the check reads it: name, backlog, the age table's estimate (NaN: none)
+# and whether that is a lower bound.
+_Sub = tuple[str, float, float, bool]
 
 NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
 
@@ -95,39 +102,53 @@ class Decider:
             self.peer.reconfigure(config.resource_group_engine)
 
     # --- backlog --------------------------------------------------------------------------
-    def _subscriptions(self, agg: Aggregates) -> tuple[dict[str, list[tuple[str, float]]],
-                                                       dict[tuple[str, str], float]]:
-        """Per topic, its subscriptions' backlogs; per (topic, subscription), the age its
-        broker printed (PIP-492's gauge, Pulsar >= 5.0)."""
-        by_topic: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    def _subscriptions(self, agg: Aggregates, rows: np.ndarray, published: np.ndarray,
+                       per_entries: np.ndarray, now: float,
+                       ) -> tuple[dict[str, list[_Sub]], dict[tuple[str, str], float]]:
+        """Per topic, its subscriptions' backlogs and the age tables' estimate of each
+        (`rows`: each topic's table, -1 where none or not observed now); per (topic,
+        subscription), the age its broker printed (PIP-492's gauge, Pulsar >= 5.0)."""
+        by_topic: dict[str, list[_Sub]] = defaultdict(list)
         ages: dict[tuple[str, str], float] = {}
-        topics, names, backlogs, printed = rows(
-            agg.subscriptions, ("topic", "subscription", "backlog_messages",
-                                "backlog_age_seconds"))
-        for topic, name, backlog, age in zip(topics, names, backlogs, printed, strict=True):
-            by_topic[topic].append((name, backlog or 0.0))
+        subscriptions = agg.subscriptions
+        at = pc.index_in(subscriptions["topic"], agg.topics["topic"])
+        at = np.asarray(pc.fill_null(at, -1).to_numpy(zero_copy_only=False), np.int64)
+        backlog = np.asarray(pc.fill_null(subscriptions["backlog_messages"], 0.0)
+                             .to_numpy(zero_copy_only=False), np.float64)
+        # A subscription of no topic (at -1) reads the last of each: no table.
+        rows, published = np.append(rows, -1), np.append(published, 0)
+        # int(backlog), then round(messages × per_entry): the backlog in entries (sizes.py)
+        entries = np.round(np.trunc(backlog) * np.append(per_entries, 1.0)[at])
+        estimated, lower = self.ages.ages(rows[at], np.clip(entries, 0, 2**62).astype(np.int64),
+                                          published[at], now)
+        topics, names, backlogs, printed = rows_of(
+            subscriptions, ("topic", "subscription", "backlog_messages",
+                            "backlog_age_seconds"))
+        for topic, name, backlog, age, estimate, bound in zip(
+                topics, names, backlogs, printed, estimated.tolist(), lower.tolist(),
+                strict=True):
+            by_topic[topic].append((name, backlog or 0.0, estimate, bound))
             if age is not None and math.isfinite(age) and age >= 0:
                 ages[(topic, name)] = age
         return by_topic, ages
 
-    def _topic_state(self, topic: str, namespace: str, published: int | None,
-                     subs: list[tuple[str, float]], admin: TopicStats | None,
+    def _topic_state(self, topic: str, namespace: str, subs: list[_Sub],
+                     admin: TopicStats | None,
                      admin_at: float, now: float, broker_age: float | None,
-                     avg: float | None, per_entry: float,
-                     measured: dict[tuple[str, str], tuple[float, int]],
+                     avg: float | None, measured: dict[tuple[str, str], tuple[float, int]],
                      sub_ages: Mapping[tuple[str, str], float]) -> TopicBacklogState:
         """Each subscription's oldest publish time, best source first: its own age where
         the broker has one (PIP-492, Pulsar >= 5.0: the admin REST's per subscription, else
         its /metrics gauge, `sub_ages`), the admin REST's topic-level
         `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's PIP-323
-        gauge `broker_age`, else our age table. The gauge
+        gauge `broker_age`, else our age table's estimate (NaN where none; with whether it
+        is a lower bound). The gauge
         (`PersistentTopic.getBestEffortOldestUnacknowledgedMessageAgeSeconds`) is the
         slowest cursor's oldest position as of the last backlog-quota check, so it goes to
         the subscription with the largest backlog; no estimate of another is older.
         A subscription measured by the broker in an earlier cycle and not now keeps that
         publish time while its backlog has not shrunk (`measured`: this cycle's record).
-        `avg` and `per_entry`: the topic's bytes per message and messages per backlog
-        entry (engine/sizes.py)."""
+        `avg`: the topic's bytes per message (engine/sizes.py)."""
         admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
         precise, precise_time = None, None  # the admin REST's topic-level oldest, when given
         if admin and admin.oldest_backlog_message_age_seconds is not None:
@@ -135,11 +156,11 @@ class Decider:
             precise_time = admin_at - admin.oldest_backlog_message_age_seconds
         slowest, slowest_time = None, None  # the gauge's subscription and its publish time
         if precise is None and broker_age is not None:
-            backlogged = [(-b, n) for n, b in subs if b > 0]
+            backlogged = [(-b, n) for n, b, _, _ in subs if b > 0]
             if backlogged:
                 slowest, slowest_time = min(backlogged)[1], now - broker_age
         states = []
-        for name, backlog in subs:
+        for name, backlog, estimate, bound in subs:
             messages = int(backlog)
             sub = admin_subs.get(name) if admin_subs else None
             size = None if sub is None else sub.backlog_size
@@ -157,15 +178,12 @@ class Decider:
                 publish_time, source = precise_time, TimeSource.PRECISE
             elif name == slowest:
                 publish_time, source = slowest_time, TimeSource.BROKER
-            elif published is not None:
-                # messages > 0: the backlog in entries rounds to 1 at least (sizes.py)
-                est = self.ages.age(topic, round(messages * per_entry), published, now)
-                if est is not None:
-                    publish_time = now - est[0]
-                    if slowest_time is not None:
-                        publish_time = max(publish_time, slowest_time)
-                    elif est[1] is Method.LOWER_BOUND:
-                        source = TimeSource.LOWER_BOUND
+            elif estimate == estimate:  # not NaN: the age table has one
+                publish_time = now - estimate
+                if slowest_time is not None:
+                    publish_time = max(publish_time, slowest_time)
+                elif bound:
+                    source = TimeSource.LOWER_BOUND
             if source in MEASURED and publish_time is not None:  # always, for those two
                 measured[(topic, name)] = (publish_time, messages)
             elif (last := self._measured.get((topic, name))) is not None \
@@ -181,7 +199,6 @@ class Decider:
 
     def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
                  ) -> tuple[tuple[TopicDecision, ...], dict[str, float], frozenset[str]]:
-        subs, sub_ages = self._subscriptions(agg)
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now
         quotas = self.config.backlog_quotas
@@ -190,8 +207,8 @@ class Decider:
         max_age: dict[str, float] = {}
         doubted: list[str] = []
         measured: dict[tuple[str, str], tuple[float, int]] = {}
-        topics, namespaces, msg_in, ages, sizes, times = rows(
-            agg.topics, ("topic", "namespace", "msg_in_total", "backlog_age_seconds",
+        topics, namespaces, ages, sizes, times = rows_of(
+            agg.topics, ("topic", "namespace", "backlog_age_seconds",
                          "backlog_quota_limit_bytes", "backlog_quota_limit_seconds"))
         averages, per_entries = message_sizes(
             agg.topics, slowest_backlogs(agg.topics, agg.subscriptions))
@@ -202,27 +219,26 @@ class Decider:
                                                 quotas.lock_topic)}
         endings = tuple(ours)  # a test of the ending first: most topics fail it, cheaply
         checked = [not (t.endswith(endings) and t.partition("://")[2] in ours) for t in topics]
-        counts = [counter(v) for v in msg_in]
+        published, counted = counts(agg.topics["msg_in_total"])
         # Every table first, the tables over their bound thinned together (agetable.py).
-        self.ages.observe_all(((t, c) for t, c, check in zip(topics, counts, checked,
-                                                              strict=True)
-                               if check and c is not None), now)
+        observed = counted & np.array(checked, bool)
+        rows = self.ages.observe_all(topics, published, observed, now)
+        subs, sub_ages = self._subscriptions(agg, np.where(observed, rows, -1), published,
+                                             per_entries, now)
+        names = self.ages.names(rows)  # one str a topic across cycles, not one each
         system = not quotas.system_topics
         # Whether the limits resolved here disagree with those a broker printed: the same
         # for every topic of a namespace with the same printed limits, so asked once.
         disagreeing: dict[tuple[int, float | None, float | None], bool] = {}
-        for topic, check, ns, published, age, avg, per_entry, limit_size, limit_time in zip(
-                topics, checked, namespaces, counts, ages, averages, per_entries, sizes,
-                times, strict=True):
+        for topic, name, check, ns, age, avg, limit_size, limit_time in zip(
+                topics, names, checked, namespaces, ages, averages, sizes, times, strict=True):
             if not check:
                 continue
-            if published is not None:
-                topic = self.ages.name(topic)  # one str a topic across cycles, not one each
+            topic = name or topic
             # The broker prints -1 until its backlog-quota check has measured the age.
             broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
-            state = self._topic_state(topic, ns, published, subs.get(topic, []),
-                                      stats.get(topic), admin_at, now, broker_age, avg,
-                                      per_entry, measured, sub_ages)
+            state = self._topic_state(topic, ns, subs.get(topic, []), stats.get(topic),
+                                      admin_at, now, broker_age, avg, measured, sub_ages)
             # the broker's SystemTopic is never over a quota
             resolver = unlimited if system and is_system_topic(topic) else limits
             decision = check_against(state, resolver(topic, ns), now)
@@ -262,7 +278,7 @@ class Decider:
         elapsed = (now - self._last_at) if self._last_at is not None else None
         totals: dict[GroupKey, Usage] = {}
         printed: dict[GroupKey, Usage] = {}
-        names, classes, msgs, byts, msg_rates, byte_rates = rows(
+        names, classes, msgs, byts, msg_rates, byte_rates = rows_of(
             agg.resource_groups, ("resource_group", "monitoring_class", "messages_total",
                                   "bytes_total", "messages_per_second", "bytes_per_second"))
         for name, cls, m, b, mr, br in zip(names, classes, msgs, byts, msg_rates, byte_rates,

@@ -29,7 +29,7 @@ def slowest_backlogs(topics: pa.Table, subscriptions: pa.Table) -> np.ndarray:
 
 
 def message_sizes(topics: pa.Table, slowest: np.ndarray) -> tuple[list[float | None],
-                                                                    list[float]]:
+                                                                    np.ndarray]:
     """Per topic row: bytes per message (None where unknown) and messages per backlog entry.
 
     Bytes per message: the topic's counters', else its slowest subscription's backlog bytes
@@ -58,5 +58,4 @@ def message_sizes(topics: pa.Table, slowest: np.ndarray) -> tuple[list[float | N
         per_entry = backlog_bytes / average / slowest
     per_entry = np.where(np.isfinite(per_entry) & (per_entry > 1.0) & (slowest > 0)
                          & (backlog_bytes != 0), per_entry, 1.0)
-    return ([None if a != a else a for a in average.tolist()],  # NaN: unknown
-            per_entry.tolist())
+    return [None if a != a else a for a in average.tolist()], per_entry  # NaN: unknown

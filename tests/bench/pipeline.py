@@ -2,7 +2,7 @@
 synthetic Apache Pulsar bodies. Prints Markdown tables; not a test.
 
     .venv/bin/python -m tests.bench.pipeline [--sizes 10,1000,10000] [--fleet 1000,10000]
-        [--engine 10000,100000] [--ages 20000] [--brokers 100] [--repeat 3]
+        [--engine 10000,100000] [--ages 100000] [--brokers 100] [--repeat 3]
         [--master local[2]]
 
 Per body (one broker):
@@ -24,9 +24,10 @@ growth it and the merge leave (the decisions and the engine's per-topic state); 
 /metrics body of its decisions (build and render): seconds, size and traced peak. All of it
 under CPython's own garbage collections (their seconds inside the cycle), then with the
 full ones between cycles, as the exporter runs (runtime/garbage.py).
-The age tables (engine/agetable.py): bytes a topic (traced, names excluded) after 2 cycles
+The age tables (engine/agetable.py): resident bytes a topic (names excluded) after 2 cycles
 and once full, beside the same points kept as Python lists, as they were until 2026-11; and
-a cycle's observes, µs a topic, in a cycle where no table thins and in one where all do.
+a cycle's observes, µs a topic, in a cycle where no table thins and in one where all do, and
+its estimates.
 """
 
 from __future__ import annotations
@@ -314,60 +315,68 @@ def _publish(decisions) -> tuple[float, float]:
     return size / 1e6, peak / 1e6
 
 
-def _traced_per_topic(fill, points: int, topics: int) -> float:
-    import tracemalloc
+def _resident_per_topic(fill, points: int, topics: int) -> float:
+    """Bytes a topic the process's resident set grew by while `fill(points)` was made:
+    resident, not allocated, because the age store's arrays are mapped as they fill."""
+    import gc
 
-    tracemalloc.start()
+    gc.collect()
+    before = _status_mb("VmRSS")
     held = fill(points)
-    traced = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
+    grown = _status_mb("VmRSS") - before
     del held
-    return traced / topics
+    gc.collect()
+    return grown * 2**20 / topics
 
 
 def ages(topics: int) -> None:
-    """What a topic's backlog-age table holds between cycles, the names aside."""
+    """What the backlog-age tables hold between cycles, the names aside."""
+    import numpy as np
+
     from exporter.engine.agetable import DEFAULT_MAX_POINTS, AgeTables
 
     names = [f"persistent://t/ns/topic-{i}" for i in range(topics)]
+    seen, counts = np.ones(topics, bool), np.arange(topics)
 
     def ours(points: int) -> AgeTables:
         tables = AgeTables()
         for k in range(points):
-            for i, name in enumerate(names):
-                tables.observe(name, 1000.0 + 60 * k, 10 * k + i)
+            tables.observe_all(names, counts + 10 * k, seen, 1000.0 + 60 * k)
         return tables
 
     def lists(points: int) -> dict:
         tables: dict[str, tuple[list[float], list[int]]] = {}
         for k in range(points):
             for i, name in enumerate(names):
-                times, counts = tables.setdefault(name, ([], []))
+                times, counted = tables.setdefault(name, ([], []))
                 times.append(1000.0 + 60 * k)
-                counts.append(10 * k + i)
+                counted.append(10 * k + i)
         return tables
 
     print(f"\n### The backlog-age tables, {topics:,} topics publishing every cycle\n")
-    print("| points a topic | ours B a topic | as Python lists B a topic |")
+    print("| points a topic | ours: resident B a topic | as Python lists |")
     print("|---:|---:|---:|")
     for points in (2, DEFAULT_MAX_POINTS):
-        print(f"| {points} | {_traced_per_topic(ours, points, topics):,.0f} "
-              f"| {_traced_per_topic(lists, points, topics):,.0f} |", flush=True)
+        print(f"| {points} | {_resident_per_topic(ours, points, topics):,.0f} "
+              f"| {_resident_per_topic(lists, points, topics):,.0f} |", flush=True)
 
     # Tables begun together fill together: every busy one thins in the same cycle.
     tables = ours(DEFAULT_MAX_POINTS)
+    rows = np.arange(topics)
 
-    def observe_all(k: int) -> float:  # as the check does: all topics in one call
+    def cycle(k: int) -> tuple[float, float]:  # as the check does: all topics in one call
         t0 = time.perf_counter()
-        tables.observe_all(((name, 10 * k + i) for i, name in enumerate(names)),
-                           1000.0 + 60 * k)
-        return (time.perf_counter() - t0) / topics * 1e6
+        tables.observe_all(names, counts + 10 * k, seen, 1000.0 + 60 * k)
+        t1 = time.perf_counter()
+        tables.ages(rows, np.full(topics, 5), counts + 10 * k, 1000.0 + 60 * k)
+        return (t1 - t0) / topics * 1e6, (time.perf_counter() - t1) / topics * 1e6
 
-    thinning = observe_all(DEFAULT_MAX_POINTS)
-    plain = observe_all(DEFAULT_MAX_POINTS + 1)
-    print("\n| a cycle's observes, µs a topic | no table thins | every table thins |")
-    print("|---|---:|---:|")
-    print(f"| {topics:,} topics | {plain:.1f} | {thinning:.1f} |", flush=True)
+    thinning = cycle(DEFAULT_MAX_POINTS)[0]
+    plain, estimates = cycle(DEFAULT_MAX_POINTS + 1)
+    print("\n| µs a topic | observe, no table thins | observe, every table thins "
+          "| estimate a backlog |")
+    print("|---|---:|---:|---:|")
+    print(f"| {topics:,} topics | {plain:.1f} | {thinning:.1f} | {estimates:.2f} |", flush=True)
 
 
 def main() -> None:
@@ -375,7 +384,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,1000,10000")
     parser.add_argument("--fleet", default="1000,10000,100000")
     parser.add_argument("--engine", default="10000,100000")
-    parser.add_argument("--ages", type=int, default=20000)
+    parser.add_argument("--ages", type=int, default=100000)
     parser.add_argument("--brokers", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[2]")

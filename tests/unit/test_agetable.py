@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from itertools import pairwise
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -304,13 +305,15 @@ def test_observing_all_topics_at_once_keeps_what_observing_each_keeps(histories,
     t = 0.0
     for step in range(max(len(h) for h in histories)):
         t += 1.0 + step % 3 * 0.5
-        now = []
+        now: list[int | None] = []
         for topic, history in zip(topics, histories, strict=True):
+            now.append(None)  # a topic without a count this cycle: its table is kept
             if step < len(history):
                 published[topic] += history[step][1]
                 one.observe(topic, t, published[topic])
-                now.append((topic, published[topic]))
-        all_.observe_all(now, t)
+                now[-1] = published[topic]
+        all_.observe_all(topics, np.array([c or 0 for c in now]),
+                         np.array([c is not None for c in now]), t)
         assert [all_.points(topic) for topic in topics] == [one.points(topic) for topic in topics]
 
 
@@ -323,3 +326,64 @@ def test_ties_in_cost_drop_the_older_point_first() -> None:
         tables.observe(T, 10.0 * second, published)
         expected.append(Point(10.0 * second, published))
     assert list(tables.points(T)) == _thinned_by_the_rule(expected)
+
+
+# --- the store: many tables at once -------------------------------------------------------
+
+
+@given(histories=st.lists(histories, min_size=1, max_size=8),
+       backlogs=st.lists(st.integers(1, 10**6), min_size=1, max_size=8),
+       lag=st.floats(-100, 10**5), max_points=st.integers(4, 12))
+def test_ages_of_many_tables_at_once_are_each_ones_estimate(histories, backlogs, lag,
+                                                            max_points) -> None:
+    """The check asks every subscription's age in one call, over tables of every length:
+    each answer is what `estimate` gives for that table alone."""
+    tables = AgeTables(max_points)
+    topics = [f"{T}-{i}" for i in range(len(histories))]
+    published = dict.fromkeys(topics, 0)
+    t = 0.0
+    for step in range(max(len(h) for h in histories)):
+        t += 1.0
+        for topic, history in zip(topics, histories, strict=True):
+            if step < len(history):
+                published[topic] += history[step][1]
+                tables.observe(topic, t + history[step][0] / 1e4, published[topic])
+    asked = [(topic, backlog) for topic in (*topics, "never observed") for backlog in backlogs]
+    rows = np.array([tables._row.get(topic, -1) for topic, _ in asked])
+    counts = np.array([published.get(topic, 0) for topic, _ in asked])
+    ages, lower = tables.ages(rows, np.array([b for _, b in asked]), counts, t + lag)
+    for (topic, backlog), age, bound in zip(asked, ages.tolist(), lower.tolist(), strict=True):
+        expected = tables.estimate(topic, backlog, published.get(topic, 0), t + lag)
+        if isinstance(expected, NoPoints):
+            assert age != age
+        else:
+            assert (age, bound) == (expected.age_seconds, expected.method is Method.LOWER_BOUND)
+
+
+def test_a_topic_twice_in_one_cycle_is_observed_once() -> None:
+    tables = AgeTables()
+    seen = np.ones(2, bool)
+    tables.observe_all([T, T], np.array([5, 9]), seen, 0.0)
+    tables.observe_all([T, T], np.array([7, 8]), seen, 60.0)
+    assert tables.points(T) == (Point(0.0, 5), Point(60.0, 7))
+
+
+def test_a_dropped_tables_row_starts_a_new_topic_afresh() -> None:
+    tables = AgeTables(max_points=4)
+    for k in range(5):  # full, thinned once
+        tables.observe("gone", 60.0 * k, 10 * k)
+    tables.retain([])
+    assert tables.observe("new", 600.0, 100) == Inserted()  # above the old table's count
+    assert tables.points("new") == (Point(600.0, 100),)
+    assert tables.estimate("new", 1, 100, now=600.0) == NoPoints()
+    assert tables.name("new") == "new" and "gone" not in tables
+
+
+def test_rows_outgrow_the_store_and_keep_their_points() -> None:
+    tables, names = AgeTables(), [f"{T}-{i}" for i in range(3000)]
+    seen = np.ones(len(names), bool)
+    for k in range(3):
+        tables.observe_all(names[:1000 * (k + 1)], np.arange(1000 * (k + 1)) + k,
+                           seen[:1000 * (k + 1)], 60.0 * k)
+    assert tables.points(names[0]) == (Point(0.0, 0), Point(60.0, 1), Point(120.0, 2))
+    assert tables.points(names[2999]) == (Point(120.0, 3001),)
