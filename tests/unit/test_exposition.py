@@ -154,9 +154,13 @@ def test_a_body_of_many_batches_is_every_line_once_in_order_then_the_trailer():
     """Lines are written out in batches (8,192 samples, 1,024 histogram series): a body
     crossing many batch boundaries, escapes included, is the same text, line for line."""
     b = MetricSetBuilder()
-    ages = [(f"ns-{i % 7}", f'persistent://t/ns/{i}-"q"') for i in range(20_000)]
-    for i, (ns, topic) in enumerate(ages):
-        b.add(AGE, ("c", ns, topic), i + 0.5)
+    # A few label values to escape, in some batches only; values of every spelling.
+    ages = [(f"ns-{i % 7}", f'persistent://t/ns/{i}' + ('-"q"' if i % 9_000 == 17 else ""))
+            for i in range(20_000)]
+    values = [(i + 0.5, float(i), math.nan, math.inf, -math.inf, 1e16, -0.0, 1e-7)[i % 8]
+              for i in range(20_000)]
+    for (ns, topic), value in zip(ages, values, strict=True):
+        b.add(AGE, ("c", ns, topic), value)
     for i in range(3_000):
         b.observe_histogram(CHECK, (f"c{i}",), 0.02 * i)
     trailer = b"# the process's own\n"
@@ -164,8 +168,8 @@ def test_a_body_of_many_batches_is_every_line_once_in_order_then_the_trailer():
     lines = body.decode("utf-8").split("\n")
     escaped = [(ns, topic.replace('"', '\\"')) for ns, topic in ages]
     assert [line for line in lines if line.startswith(AGE + "{")] == [
-        f'{AGE}{{cluster="c",namespace="{ns}",topic="{topic}"}} {i + 0.5}'
-        for i, (ns, topic) in enumerate(escaped)]
+        f'{AGE}{{cluster="c",namespace="{ns}",topic="{topic}"}} {format_value(value)}'
+        for (ns, topic), value in zip(escaped, values, strict=True)]
     counts = [line for line in lines if line.startswith(CHECK + "_count")]
     assert counts == [f'{CHECK}_count{{cluster="c{i}"}} 1' for i in range(3_000)]
     assert body.endswith(b"\n" + trailer)
@@ -289,10 +293,27 @@ def test_seed_never_overrides_and_needs_labels_without_known_values():
     lambda b: b.add(CHECK, ("c",), 1),
     lambda b: b.observe_histogram(PEERS, ("c",), 1),
     lambda b: (b.add(PEERS, ("c",), 1), b.add(PEERS, ("c",), 2)),
+    lambda b: b.add_all("pulsar_no_such_metric", [], []),
+    lambda b: b.add_all(CHECK, [], []),
+    lambda b: b.add_all(PEERS, [("c",), ("c", "extra")], [1, 2]),
+    lambda b: b.add_all(PEERS, [("c",), ["d"]], [1, 2]),
+    lambda b: b.add_all(PEERS, [("c",), (3,)], [1, 2]),
+    lambda b: b.add_all(PEERS, [("c",), ("d",)], [1]),
+    lambda b: b.add_all(PEERS, [("c",), ("c",)], [1, 2]),
+    lambda b: (b.add(PEERS, ("c",), 1), b.add_all(PEERS, [("d",), ("c",)], [1, 2])),
 ])
 def test_builder_rejects_what_does_not_fit_the_catalogue(call):
     with pytest.raises(ExpositionError):
         call(MetricSetBuilder())
+
+
+@given(st.dictionaries(st.tuples(label_text, label_text, label_text), any_float, max_size=8))
+def test_adding_a_family_at_once_is_adding_each_series(series):
+    one, all_ = MetricSetBuilder(), MetricSetBuilder()
+    for key, value in series.items():
+        one.add(AGE, key, value)
+    all_.add_all(AGE, list(series), list(series.values()))
+    assert render(all_.build(), topic_level=True) == render(one.build(), topic_level=True)
 
 
 def test_built_set_is_frozen_and_the_builder_single_use():
@@ -304,6 +325,8 @@ def test_built_set_is_frozen_and_the_builder_single_use():
         ms.samples[PEERS] = {}  # type: ignore[index]
     with pytest.raises(ExpositionError):
         b.add(PEERS, ("d",), 1)
+    with pytest.raises(ExpositionError):
+        b.add_all(PEERS, [("d",)], [1])
     with pytest.raises(ExpositionError):
         b.build()
     assert len(ms) == 1

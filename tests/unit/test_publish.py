@@ -23,3 +23,61 @@ HOLD, EXC, EVICT = (RetentionPolicy.PRODUCER_REQUEST_HOLD, RetentionPolicy.PRODU
 def test_who_enforces(origin: str, policy: RetentionPolicy, enforce: bool, expected: str):
     assert enforcer(origin, policy, enforce) == expected
     assert expected in ENFORCERS
+
+
+def test_each_topic_family_carries_its_decisions_value() -> None:
+    """Every topic-level series of a cycle's decisions, with its labels and value, for
+    topics over and within limits of each type, without a backlog, and without a limit."""
+    from exporter.config.model import BacklogQuota, BacklogQuotas
+    from exporter.engine.backlog import SubscriptionBacklog, TimeSource, TopicBacklogState, check
+    from exporter.engine.decide import Decisions
+    from exporter.exposition.build import CycleFacts, Tallies, build
+    from exporter.exposition.metricset import render
+    from tests.harness.pulsar import Metrics
+
+    now, ns = 10_000.0, "t/ns"
+    quotas = BacklogQuotas(namespaces={ns: BacklogQuota(1000, 60.0, EVICT)})
+    over = TopicBacklogState(f"persistent://{ns}/over", ns, (
+        SubscriptionBacklog("slow", 50, 5000, now - 600, TimeSource.BROKER),
+        SubscriptionBacklog("fast", 2, 200, now - 30, TimeSource.ESTIMATED)))
+    within = TopicBacklogState(f"persistent://{ns}/within", ns, (
+        SubscriptionBacklog("a", 3, None, now - 10, TimeSource.ESTIMATED),), 100.0)
+    idle = TopicBacklogState(f"persistent://{ns}/idle", ns, (SubscriptionBacklog("a", 0),))
+    free = TopicBacklogState("persistent://other/ns/free", "other/ns", (
+        SubscriptionBacklog("a", 7, 70, None),))
+    topics = tuple(check(state, quotas, now) for state in (over, within, idle, free))
+    facts = CycleFacts("c", now, {}, now, 60.0, 10.0, 60.0, enforce=True,
+                       subscription_ages=True)
+    decisions = Decisions(now, topics, {ns: 600.0}, ())
+    metrics = Metrics(render(build(facts, decisions, (), Tallies(), "me"),
+                             topic_level=True).decode())
+
+    def values(name: str) -> dict[tuple[str, ...], float]:
+        return {(s.labels["topic"].rpartition("/")[2],
+                 *(v for k, v in sorted(s.labels.items())
+                   if k not in ("cluster", "namespace", "topic"))): s.value
+                for s in metrics.find(name)}
+
+    assert values("pulsar_storage_backlog_age_seconds") == {
+        ("over",): 600.0, ("within",): 10.0, ("idle",): 0.0}
+    assert values("pulsar_storage_backlog_age_estimated") == {
+        ("over",): 0.0, ("within",): 1.0, ("idle",): 1.0}
+    assert values("pulsar_storage_backlog_size") == {
+        ("over",): 5000.0, ("within",): 300.0, ("idle",): 0.0, ("free",): 70.0}
+    limited = {("over",): 1000.0, ("within",): 1000.0, ("idle",): 1000.0}
+    assert values("pulsar_storage_backlog_quota_limit") == limited
+    assert values("pulsar_storage_backlog_quota_limit_time") == {k: 60.0 for k in limited}
+    assert values("pulsar_storage_backlog_quota_exceeded") == {
+        (topic, "exporter", policy, kind): value
+        for topic, kind, value in (("over", "size", 1.0), ("over", "time", 1.0),
+                                   ("within", "size", 0.0), ("within", "time", 0.0),
+                                   ("idle", "size", 0.0), ("idle", "time", 0.0))
+        for policy in ("consumer_backlog_eviction",)}
+    assert values("pulsar_storage_backlog_oldest_subscription_info") == {
+        ("over", "slow"): 1.0, ("within", "a"): 1.0, ("free", "a"): 1.0}
+    assert values("pulsar_subscription_storage_backlog_age_seconds") == {
+        ("over", "slow"): 600.0, ("over", "fast"): 30.0, ("within", "a"): 10.0,
+        ("idle", "a"): 0.0}
+    assert values("pulsar_subscription_storage_backlog_age_estimated") == {
+        ("over", "slow"): 0.0, ("over", "fast"): 1.0, ("within", "a"): 1.0,
+        ("idle", "a"): 0.0}
