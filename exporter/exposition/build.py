@@ -18,7 +18,7 @@ from exporter.actions.orders import LeaseState, LeaseView
 from exporter.actions.plan import Acted
 from exporter.catalogue import CHECK_DURATION_BUCKETS
 from exporter.config.model import RetentionPolicy
-from exporter.engine.backlog import LimitStatus, QuotaType, TimeSource, TopicDecision
+from exporter.engine.backlog import MEASURED, LimitStatus, QuotaType, TopicDecision
 from exporter.engine.brokersplits import Quota, Splits
 from exporter.engine.decide import Decisions, GroupResult
 from exporter.exposition.build_load import add_load
@@ -135,7 +135,6 @@ _HOLDER = "pulsar_storage_backlog_oldest_subscription_info"
 _SUB_AGE = "pulsar_subscription_storage_backlog_age_seconds"
 _SUB_ESTIMATED = "pulsar_subscription_storage_backlog_age_estimated"
 _STATUSES = (LimitStatus.WITHIN, LimitStatus.EXCEEDED)
-_MEASURED = (TimeSource.PRECISE, TimeSource.BROKER)
 
 
 def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecision],
@@ -154,7 +153,7 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
         key = (cluster, d.namespace, d.topic)
         if d.backlog_age_seconds is not None:
             add(_AGE, key, d.backlog_age_seconds)
-            add(_ESTIMATED, key, 0.0 if d.time_source in _MEASURED else 1.0)
+            add(_ESTIMATED, key, 0.0 if d.time_source in MEASURED else 1.0)
         if _finite(d.backlog_bytes):
             add(_SIZE, key, d.backlog_bytes)
         quota = d.quota
@@ -183,7 +182,7 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
                 continue
             else:
                 age = max(0.0, subscriptions_at - s.oldest_publish_time)
-                estimated = 0.0 if s.time_source in _MEASURED else 1.0
+                estimated = 0.0 if s.time_source in MEASURED else 1.0
             add(_SUB_AGE, (*key, s.name), age)
             add(_SUB_ESTIMATED, (*key, s.name), estimated)
     for name, (keys, values) in families.items():
