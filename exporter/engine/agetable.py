@@ -42,14 +42,17 @@ Rules, all documented here because the exported series depends on them:
 - All tables live in one store, a row each: column j of two 2-D arrays holds every
   table's j-th point (times float64, counts int64), 16 bytes a point. A cycle observes
   every topic in one call (`observe_all`) and estimates every subscription's age in
-  another (`ages`), both in numpy over the rows, where a `_Table` object a topic with a
-  bisect a lookup took ~4 µs a topic at a million (line profile, 2026-11-29). The arrays
-  are allocated `max_points` + 1 columns wide and are resident as far as they are filled:
-  a column is contiguous, so the pages of columns no table has reached are never touched.
-  A full table is 976 bytes, and there is no object a table for the garbage collector to
-  walk (the `_Table`s, two typed arrays each, were 1,293 bytes full and ~330 after three
-  cycles; `tests.bench.pipeline --ages`). At a million topics that is ~1 GB once every
-  table has filled, after `max_points` cycles of new messages: a growth no short run shows.
+  another (`ages`: a bisect in every row at once), both in numpy. Until 2026-11-29 each
+  table was an object with two typed arrays, looked up a subscription at a time: the
+  decide at 1M topics took 2.5–3.1 s more (`tests.bench.pipeline --engine`), and a
+  full collection walked three objects a topic more. The arrays are `max_points` + 1
+  columns wide and resident as far as they are filled: a column is contiguous, so the
+  pages of columns no table has reached are never touched (numpy asks for huge pages,
+  so a column of fewer than ~130k tables is resident with its neighbour). Resident at
+  100k topics, names aside (`tests.bench.pipeline --ages`): 202 bytes a topic after two
+  cycles (the objects: 358), 1,164 once full (1,373). At a million topics that is ~1.1 GB
+  once every table has filled, after `max_points` cycles of new messages: a growth no
+  short run shows.
 
 The estimate is monotone: a larger backlog never gets a smaller age. The topic's age is the
 largest over its subscriptions (`topic_age`); by monotonicity that is the estimate for the
@@ -63,6 +66,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
+
+from exporter.engine.thinning import thinned
 
 DEFAULT_MAX_POINTS = 60
 _MIN_POINTS = 4  # thinning keeps both ends and needs an interior to merge
@@ -145,35 +150,6 @@ AgeEstimate = NoPoints | NoBacklog | Estimate
 
 _CHUNK = 4096  # tables thinned at once: their points side by side, ~4 MB
 _FAR = 2**62  # backlogs and counters clipped to ±this, so that a target is an int64
-
-
-def _thinned(times: np.ndarray, counts: np.ndarray, quota: int) -> np.ndarray:
-    """Which of each table's points to merge away (True), `quota` of them, those whose loss
-    costs the least (see the module), for `k` tables of `n` points as (k, n) arrays: tables
-    begun together fill together, so at a million topics every busy one thins in the same
-    cycle, and they are scored side by side and chosen in lockstep (a loop over each
-    table's points took 44 µs a table)."""
-    k, n = times.shape
-    before, middle, after = counts[:, :-2], times[:, 1:-1], times[:, 2:]
-    span = (counts[:, 2:] - before).astype(np.float64)  # > 0: no three equal in a row
-    merged = times[:, :-2] + (counts[:, 1:-1] - before) / span * (after - times[:, :-2])
-    error = np.abs(middle - merged) / np.maximum(times[:, -1:] - middle, 1e-9)
-    # Least error first; times increase along a table, so a stable sort breaks ties by
-    # time, as the module says.
-    order = np.argsort(error, axis=1, kind="stable") + 1
-    taken = np.zeros((k, n), bool)
-    lost = np.zeros(k, np.int64)
-    rows = np.arange(k)
-    for j in range(n - 2):  # each table's j-th cheapest point, all tables at once
-        i = order[:, j]
-        free = ~taken[rows, i - 1] & ~taken[rows, i + 1] & (lost < quota)
-        taken[rows[free], i[free]] = True
-        lost += free
-        if lost.min() == quota:
-            break
-    # A greedy choice of points no two adjacent among n - 2 finds at least (n - 2) / 3,
-    # so every table loses the same n // 4 (n ≥ 5): the kept points stay rectangular.
-    return taken
 
 
 # What `_update` found a point to be, a code a point.
@@ -308,7 +284,7 @@ class AgeTables:
         for at in range(0, rows.size, _CHUNK):
             chunk = rows[at:at + _CHUNK]
             times, counts = self._times[:, chunk].T, self._counts[:, chunk].T
-            kept = ~_thinned(times, counts, quota)
+            kept = ~thinned(times, counts, quota)
             self._times[:n - quota, chunk] = times[kept].reshape(-1, n - quota).T
             self._counts[:n - quota, chunk] = counts[kept].reshape(-1, n - quota).T
         self._length[rows] = n - quota
