@@ -227,6 +227,25 @@ def test_pulsar_lite_short_names_become_full_keys():
     assert _by(tables.topics, "topic")["persistent://public/default/t1"]["msg_backlog"] == 9.0
 
 
+def test_an_entity_printed_under_two_label_sets_is_one_row_of_their_largest_values():
+    """A partition named in full and by `partition` label is one topic, and so is each of
+    its subscriptions: one row each, every column the larger of the two printed."""
+    full = 'topic="persistent://t/n/p-partition-1"'
+    split = 'topic="persistent://t/n/p",partition="1"'
+    body = "".join(
+        f'pulsar_in_messages_total{{cluster="c",namespace="t/n",{labels}}} {msg_in}\n'
+        f'pulsar_subscription_back_log{{cluster="c",namespace="t/n",{labels},'
+        f'subscription="s"}} {backlog}\n'
+        f'pulsar_subscription_unacked_messages{{cluster="c",namespace="t/n",{labels},'
+        f'subscription="s"}} {unacked}\n'
+        for labels, msg_in, backlog, unacked in ((full, 7, 3, 9), (split, 5, 4, 1)))
+    tables = _tables(body)
+    topic = "persistent://t/n/p-partition-1"
+    assert [(t["topic"], t["msg_in_total"]) for t in tables.topics.to_pylist()] == [(topic, 7.0)]
+    assert [(s["topic"], s["subscription"], s["backlog_messages"], s["unacked_messages"])
+            for s in tables.subscriptions.to_pylist()] == [(topic, "s", 4.0, 9.0)]
+
+
 def test_malformed_lines_are_counted_by_reason_and_the_rest_still_parse():
     tables = _tables(BROKEN)
     assert _counts(tables) == {
