@@ -134,7 +134,6 @@ _ANY_SAMPLE = rf"^[ \t]*{_NAME}(?:[ \t]*\{{.*\}}[ \t]*|[ \t]+)(?:{_VALUE})(?:[ \
 _COMMENT_OR_SAMPLE = f"(?:{_COMMENT_OR_BLANK})|(?:{_ANY_SAMPLE})"
 
 _S = pa.large_string()
-_NOT_CLOSE = bytes(b for b in range(256) if b != ord("}"))
 # One row per kept sample of a read family; its labels are those of its label set, by row:
 # entities are found per set (pivot.py), not per sample.
 SAMPLES = pa.schema([
@@ -195,7 +194,7 @@ def _cut(lines: pa.LargeStringArray, rows: np.ndarray, clean: pa.BooleanArray | 
     name_end[bare] = slices.until(data, start[bare], end[bare], b" \t")
     # The set closes at the line's last "}": neither a value nor a timestamp holds one, so
     # it is found stepping back over them (a search of the whole body cost more).
-    after = slices.back(data, end, np.where(braced, brace + 1, end), _NOT_CLOSE)
+    after = slices.after_last(data, end, np.where(braced, brace + 1, end), ord("}"))
     has_set = braced & (after > brace + 1)
     close = np.where(has_set, after - 1, brace)
     value_start = slices.skip(data, np.where(braced, close + 1, name_end), end, b" \t")

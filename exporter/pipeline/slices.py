@@ -121,6 +121,37 @@ def back(data: np.ndarray, end: np.ndarray, start: np.ndarray, chars: bytes) -> 
     return end
 
 
+def after_last(data: np.ndarray, end: np.ndarray, start: np.ndarray, byte: int) -> np.ndarray:
+    """Each span's position just past its last `byte` in data[start:end], `start` where it
+    has none: `back` over every other byte, eight bytes a step (`data` from `padded`). A
+    line's label set closes at its last "}", before a value and a timestamp of up to ~30
+    bytes: one byte a step took 19 ms of a 10k-topic body's parse."""
+    words = _words(data)
+    found = start.copy()
+    active = np.flatnonzero(end > start)
+    hi = end[active]
+    while len(active):
+        lo = start[active]
+        base = np.maximum(hi - 8, 0)  # the word of the 8 bytes before `hi` (fewer at 0)
+        x = words[base] ^ (np.uint64(byte) * _ONES)  # a zero byte where `byte` is
+        zero = ~(((x & _LOW7) + _LOW7) | x | _LOW7)  # its top bit set, exactly there
+        flags = (((zero >> np.uint64(7)) * _GATHER) >> np.uint64(56)).astype(np.intp)
+        flags &= _SPAN[np.clip(lo - base, 0, 8), hi - base]  # bit k: data[base + k], in span
+        hit = flags != 0
+        found[active[hit]] = base[hit] + _HIGHEST[flags[hit]] + 1
+        more = ~hit & (base > lo)
+        active, hi = active[more], base[more]
+    return found
+
+
+_ONES, _LOW7 = np.uint64(0x0101010101010101), np.uint64(0x7F7F7F7F7F7F7F7F)
+_GATHER = np.uint64(0x0102040810204080)  # byte k's low bit to bit k of the top byte
+# _SPAN[a, b]: bits a to b - 1 set; _HIGHEST[m]: the highest bit set in m (m > 0)
+_SPAN = np.array([[(1 << b) - (1 << a) if b > a else 0 for b in range(9)] for a in range(9)],
+                 np.intp)
+_HIGHEST = np.array([m.bit_length() - 1 for m in range(256)], np.intp)
+
+
 def _words(data: np.ndarray) -> np.ndarray:
     """`data` (from `padded`) read as a little-endian uint64 at every byte offset: one
     gather fetches the 8 bytes that start anywhere in the text."""

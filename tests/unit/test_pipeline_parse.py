@@ -322,6 +322,36 @@ def test_views_are_the_slices_they_name(text, data):
     assert got == [text[a:b] if p else None for a, b, p in zip(start, end, present, strict=True)]
 
 
+@given(text=st.text(alphabet="ab}} =", max_size=70), data=st.data())
+def test_after_last_is_just_past_a_spans_last_byte(text, data):
+    """Eight bytes a step: any span, short or spanning several words, at the buffer's start
+    or its end, with the byte anywhere in it or nowhere."""
+    raw = slices.padded(np.frombuffer(text.encode(), np.uint8))
+    cuts = data.draw(st.lists(st.tuples(st.integers(0, len(text)), st.integers(0, len(text))),
+                              max_size=20))
+    start = np.array([min(a, b) for a, b in cuts], np.int64)
+    end = np.array([max(a, b) for a, b in cuts], np.int64)
+    got = slices.after_last(raw, end, start, ord("}")).tolist()
+    assert got == [a + text[a:b].rindex("}") + 1 if "}" in text[a:b] else a
+                   for a, b in zip(start.tolist(), end.tolist(), strict=True)]
+
+
+def test_after_last_finds_a_lone_byte_at_every_position_of_every_short_span():
+    """Every span of up to 24 bytes after 0 to 9 others, with one "}" at each of its
+    positions or none: the word boundaries fall everywhere."""
+    texts, start, end, want = [], [], [], []
+    for lead in range(10):
+        for length in range(25):
+            for at in range(-1, length):
+                span = "".join("}" if i == at else "a" for i in range(length))
+                texts.append("}" * lead + span)  # a "}" before the span is not its own
+                start.append(sum(map(len, texts[:-1])) + lead)
+                end.append(start[-1] + length)
+                want.append(start[-1] + at + 1 if at >= 0 else start[-1])
+    raw = slices.padded(np.frombuffer("".join(texts).encode(), np.uint8))
+    assert slices.after_last(raw, np.array(end), np.array(start), ord("}")).tolist() == want
+
+
 @given(strings=st.lists(st.none() | st.text(max_size=5)), data=st.data())
 def test_only_nulls_what_is_not_kept_and_keeps_the_rest(strings, data):
     """Whatever the array's offset (the validity bitmap counts from the buffers' start) and
