@@ -16,7 +16,7 @@ from typing import TypeGuard
 from exporter import __version__
 from exporter.actions.orders import LeaseState, LeaseView
 from exporter.actions.plan import Acted
-from exporter.catalogue import CHECK_DURATION_BUCKETS
+from exporter.catalogue import CHECK_DURATION_BUCKETS, QUOTA_TYPES
 from exporter.config.model import RetentionPolicy
 from exporter.engine.backlog import MEASURED, LimitStatus, QuotaType, TopicDecision
 from exporter.engine.brokersplits import Quota, Splits
@@ -143,6 +143,7 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
     checked `add` a series was most of the publication's build at 100k topics.
     `subscriptions_at`: the check's time, when each subscription's age is published too."""
     families: dict[str, tuple[list[tuple[str, ...]], list[float]]] = {}
+    evicting: list[tuple[str, ...]] = []  # each quota type of a topic whose policy evicts
 
     def add(name: str, labels: tuple[str, ...], value: float) -> None:
         keys, values = families.get(name) or families.setdefault(name, ([], []))
@@ -170,6 +171,8 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
                     1.0 if status is LimitStatus.EXCEEDED else 0.0)
         if d.holder is not None and d.backlog_messages > 0:
             add(_HOLDER, (*key, d.holder), 1.0)
+        if _evicts(d):
+            evicting += [(*key, quota_type) for quota_type in QUOTA_TYPES]
         if subscriptions_at is None:
             continue
         # Each subscription's own backlog age (PIP-492's name and labels, so one dashboard
@@ -187,6 +190,11 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
             add(_SUB_ESTIMATED, (*key, s.name), estimated)
     for name, (keys, values) in families.items():
         b.add_all(name, keys, values)
+    # Their eviction counters exist at 0 from the start, so that a first eviction is an
+    # increase to alert on.
+    for name in ("pulsar_storage_backlog_quota_exceeded_evictions_total",
+                 "pulsar_storage_backlog_quota_would_evict_total"):
+        b.seed_all(name, evicting)
 
 
 def _published(topics: tuple[TopicDecision, ...], cap: int | None) -> list[TopicDecision]:
@@ -295,12 +303,6 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
               len(decisions.topics) - len(published))
         _add_topics(b, c, published, facts.enforce,
                     decisions.checked_at if facts.subscription_ages else None)
-        for d in published:
-            if _evicts(d):
-                # exist at 0 from the start, so a first eviction is an increase to alert on
-                for name in ("pulsar_storage_backlog_quota_exceeded_evictions_total",
-                             "pulsar_storage_backlog_quota_would_evict_total"):
-                    b.seed(name, cluster=c, namespace=d.namespace, topic=d.topic)
         for ns, age in decisions.namespace_max_age.items():
             b.add("pulsar_namespace_backlog_age_max_seconds", (c, ns), age)
         for g in decisions.groups:

@@ -129,23 +129,27 @@ class MetricSetBuilder:
 
     def add_all(self, name: str, keys: Sequence[Labels], values: Sequence[float]) -> None:
         """`add` of many series of one family: a family of every topic is checked as a whole,
-        by C loops over the keys (`set(map(...))`), not by a call a series."""
-        self._assert_open()
-        arity = self._arity.get(name)
-        if arity is None:
-            self._check(name, (), histogram=False)  # raises: not in the catalogue, or a histogram
-        fits = len(keys) == len(values) and set(map(type, keys)) <= {tuple} \
-            and set(map(len, keys)) <= {arity} \
-            and set(map(type, chain.from_iterable(keys))) <= {str}
-        if not fits:
-            for labels in keys:
-                self._check(name, labels, histogram=False)  # raises, saying what does not fit
+        by C loops over the keys (`_check_all`), not by a call a series."""
+        self._check_all(name, keys)
+        if len(keys) != len(values):
             raise ExpositionError(f"{name}: {len(keys)} series, {len(values)} values")
         table = self._samples.setdefault(name, {})
         had = len(table)
         table.update(zip(keys, map(float, values), strict=True))
         if len(table) != had + len(keys):
             raise ExpositionError(f"{name}: a series added twice")
+
+    def _check_all(self, name: str, keys: Sequence[Labels]) -> None:
+        """`_check` of a counter's or gauge's label sets, as a whole: `set(map(...))` runs
+        in C; a key that does not fit is then found one by one, and named."""
+        self._assert_open()
+        arity = self._arity.get(name)
+        if arity is None:
+            self._check(name, (), histogram=False)  # raises: not in the catalogue, or a histogram
+        if not (set(map(type, keys)) <= {tuple} and set(map(len, keys)) <= {arity}
+                and set(map(type, chain.from_iterable(keys))) <= {str}):
+            for labels in keys:
+                self._check(name, labels, histogram=False)  # raises, saying what does not fit
 
     def observe_histogram(self, name: str, labels: Labels, value: float) -> None:
         """Record one observation into this cycle's value of a histogram series."""
@@ -185,6 +189,12 @@ class MetricSetBuilder:
         keys = [tuple(k) for k in product(*axes)]
         for key in keys:
             self._check(name, key, histogram=False)
+        self._seeds.setdefault(name, []).extend(keys)
+
+    def seed_all(self, name: str, keys: Sequence[Labels]) -> None:
+        """`seed` of whole label sets, known values included: the eviction counters of every
+        topic whose policy evicts, where a `seed` call a topic took 2.6 µs each."""
+        self._check_all(name, keys)
         self._seeds.setdefault(name, []).extend(keys)
 
     def seed_counters(self, **labels: str) -> None:

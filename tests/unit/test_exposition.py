@@ -284,6 +284,18 @@ def test_seed_never_overrides_and_needs_labels_without_known_values():
         MetricSetBuilder().seed(EVICTIONS, cluster="c", nope="x")
 
 
+def test_seeding_whole_label_sets_at_once_is_seeding_each():
+    topics = [("t/n", f"persistent://t/n/{i}") for i in range(3)]
+    one, all_ = MetricSetBuilder(), MetricSetBuilder()
+    for builder in (one, all_):
+        builder.add(EVICTIONS, ("c", "t/n", "persistent://t/n/1", "time"), 2)
+    for ns, topic in topics:
+        one.seed(EVICTIONS, cluster="c", namespace=ns, topic=topic)
+    kinds = BY_NAME[EVICTIONS].known_values["quota_type"]  # in the order `seed` takes them
+    all_.seed_all(EVICTIONS, [("c", ns, topic, kind) for ns, topic in topics for kind in kinds])
+    assert render(all_.build(), topic_level=True) == render(one.build(), topic_level=True)
+
+
 # --- builder validation --------------------------------------------------------------------
 @pytest.mark.parametrize("call", [
     lambda b: b.add("pulsar_no_such_metric", ("c",), 1),
@@ -294,6 +306,8 @@ def test_seed_never_overrides_and_needs_labels_without_known_values():
     lambda b: b.observe_histogram(PEERS, ("c",), 1),
     lambda b: (b.add(PEERS, ("c",), 1), b.add(PEERS, ("c",), 2)),
     lambda b: b.add_all("pulsar_no_such_metric", [], []),
+    lambda b: b.seed_all(CHECK, []),
+    lambda b: b.seed_all(EVICTIONS, [("c", "t/n", "persistent://t/n/x")]),
     lambda b: b.add_all(CHECK, [], []),
     lambda b: b.add_all(PEERS, [("c",), ("c", "extra")], [1, 2]),
     lambda b: b.add_all(PEERS, [("c",), ["d"]], [1, 2]),

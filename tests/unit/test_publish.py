@@ -78,6 +78,11 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
     assert values("pulsar_subscription_storage_backlog_age_seconds") == {
         ("over", "slow"): 600.0, ("over", "fast"): 30.0, ("within", "a"): 10.0,
         ("idle", "a"): 0.0}
+    # a topic whose policy evicts has its eviction counters from the start, at 0
+    for counter in ("pulsar_storage_backlog_quota_exceeded_evictions_total",
+                    "pulsar_storage_backlog_quota_would_evict_total"):
+        assert values(counter) == {(topic, kind): 0.0 for topic in ("over", "within", "idle")
+                                   for kind in ("size", "time")}
     assert values("pulsar_subscription_storage_backlog_age_estimated") == {
         ("over", "slow"): 0.0, ("over", "fast"): 1.0, ("within", "a"): 1.0,
         ("idle", "a"): 0.0}
