@@ -18,10 +18,11 @@ own topic names, served by a separate process; job and merge seconds, samples/s,
 peak RSS of the driver (this process, counted from when the bodies are written: its cycles'
 peak, keeping of each cycle's Aggregates only what the exporter keeps until the next), the
 JVM and the Python workers (VmHWM).
-The engine: what the driver does next with the merged tables (`Decider.decide`), warm,
-in this process on the same bodies parsed here: seconds, per topic, and the resident
-growth it and the merge leave (the decisions and the engine's per-topic state); then the
-/metrics body of its decisions (build and render): seconds, size and traced peak. All of it
+The engine: what the driver does next with the merged tables (`Decider.decide`, every topic
+under a default quota that evicts), warm, in this process on the same bodies parsed here:
+seconds, per topic, and the resident growth it and the merge leave (the decisions and the
+engine's per-topic state); then the /metrics body of its decisions (build and render):
+seconds, size and traced peak. All of it
 under CPython's own garbage collections (their seconds inside the cycle), then with the
 full ones between cycles, as the exporter runs (runtime/garbage.py).
 The age tables (engine/agetable.py): resident bytes a topic (names excluded) after 2 cycles
@@ -210,6 +211,13 @@ def fleet(context, totals: list[int], brokers: int, repeat: int, workdir: Path) 
               f"| {workers:,.0f} |", flush=True)
 
 
+# As operators run it: every topic under a default quota whose policy evicts, so that each
+# has its limits, their status and its eviction counters published (12 series a topic, not
+# the 4 of a fleet without quotas, which this bench measured until 2026-11-29).
+_QUOTAS = {"default": {"limit_size": "10MiB", "limit_time": "1h",
+                       "policy": "consumer_backlog_eviction"}}
+
+
 def engine(totals: list[int], brokers: int, cycles: int = 3) -> None:
     """What the driver does after the merge, per cycle: the engine's decisions (backlog
     checks, resource groups, load), in this process on tables parsed here (no Spark), and
@@ -232,7 +240,7 @@ def engine(totals: list[int], brokers: int, cycles: int = 3) -> None:
             parts, facts = parsed_pieces(
                 [template.replace("/b0-topic-", f"/b{b}-topic-").encode()], KEEP_ALL)
             tables.append((f"http://broker-{b}:8080/metrics", tables_of(dict(parts), facts)))
-        config = parse({"cluster": "bench", "sources": {"brokers": [
+        config = parse({"cluster": "bench", "backlog_quotas": _QUOTAS, "sources": {"brokers": [
             {"url": u} for u, _ in tables]}}, "bench.yaml")
         before = _status_mb("VmRSS")
         theirs, decisions, topics = _engine_cycles(config, tables, cycles, between=False)
