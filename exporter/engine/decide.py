@@ -210,8 +210,9 @@ class Decider:
         topics, namespaces, ages, sizes, times = rows_of(
             agg.topics, ("topic", "namespace", "backlog_age_seconds",
                          "backlog_quota_limit_bytes", "backlog_quota_limit_seconds"))
+        published, counted = counts(agg.topics["msg_in_total"])
         averages, per_entries = message_sizes(
-            agg.topics, slowest_backlogs(agg.topics, agg.subscriptions))
+            agg.topics, slowest_backlogs(agg.topics, agg.subscriptions), published)
         # Our own topics (usage reports, the enforcer lease) are no backlog to check.
         # pulsar-lite names them without their domain, so they arrive as persistent://:
         # compare what follows the domain.
@@ -219,7 +220,6 @@ class Decider:
                                                 quotas.lock_topic)}
         endings = tuple(ours)  # a test of the ending first: most topics fail it, cheaply
         checked = [not (t.endswith(endings) and t.partition("://")[2] in ours) for t in topics]
-        published, counted = counts(agg.topics["msg_in_total"])
         # Every table first, the tables over their bound thinned together (agetable.py).
         observed = counted & np.array(checked, bool)
         rows = self.ages.observe_all(topics, published, observed, now)

@@ -12,8 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.pipeline.model import LONG_BOUND
-
 
 def _floats(column: pa.ChunkedArray | pa.Array, null: float) -> np.ndarray:
     return np.asarray(pc.fill_null(column, null).to_numpy(zero_copy_only=False), np.float64)
@@ -28,8 +26,8 @@ def slowest_backlogs(topics: pa.Table, subscriptions: pa.Table) -> np.ndarray:
     return np.maximum(_floats(pc.take(grouped["backlog_messages_max"], at), 0.0), 0.0)
 
 
-def message_sizes(topics: pa.Table, slowest: np.ndarray) -> tuple[list[float | None],
-                                                                    np.ndarray]:
+def message_sizes(topics: pa.Table, slowest: np.ndarray, published: np.ndarray,
+                  ) -> tuple[list[float | None], np.ndarray]:
     """Per topic row: bytes per message (None where unknown) and messages per backlog entry.
 
     Bytes per message: the topic's counters', else its slowest subscription's backlog bytes
@@ -45,9 +43,8 @@ def message_sizes(topics: pa.Table, slowest: np.ndarray) -> tuple[list[float | N
     of 100 entries of 10 messages, `backlogSize` = `bytesInCounter` = 112659), so the
     slowest subscription's backlog bytes over the topic's average message size give its
     backlog in messages. Exact for uniform message sizes; 1 where the broker prints no
-    backlog size (pulsar-lite counts messages), and never below 1."""
-    msg_in = _floats(topics["msg_in_total"], 0.0)
-    published = np.where(np.abs(msg_in) < LONG_BOUND, np.trunc(msg_in), 0.0)  # a count: a long
+    backlog size (pulsar-lite counts messages), and never below 1. `published`: each
+    topic's message counter (`columns.counts`: 0 where it is no count)."""
     bytes_in = _floats(topics["bytes_in_total"], 0.0)
     backlog_bytes = _floats(topics["backlog_size_bytes"], 0.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
