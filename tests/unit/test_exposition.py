@@ -20,6 +20,7 @@ from exporter.exposition.metricset import (
     ExpositionError,
     HistogramValue,
     MetricSetBuilder,
+    _line_writer,
     format_value,
     render,
 )
@@ -174,6 +175,26 @@ def test_a_body_of_many_batches_is_every_line_once_in_order_then_the_trailer():
     assert counts == [f'{CHECK}_count{{cluster="c{i}"}} 1' for i in range(3_000)]
     assert body.endswith(b"\n" + trailer)
     assert len(parse(body[:-len(trailer)])) == 20_000 + 3_000 * (len(BY_NAME[CHECK].buckets) + 3)
+
+
+def test_label_values_that_look_like_code_are_text_and_only_grammar_names_compile():
+    """Each family's lines are written by an f-string compiled for its names: a label
+    value is data whatever it holds, and a name outside the text format's grammar is
+    refused before anything is compiled."""
+    odd = ("{k0}", "'}; raise SystemExit #", '{v}"\\\n\'\'\'')
+    b = MetricSetBuilder()
+    b.add(AGE, odd, 2.5)
+    body = render(b.build(), topic_level=True).decode()
+    escaped = [v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+               for v in odd]
+    assert f'{AGE}{{cluster="{escaped[0]}",namespace="{escaped[1]}",topic="{escaped[2]}"}} 2.5' \
+        in body.split("\n")
+    assert parse(body.encode())[(AGE, tuple(zip(("cluster", "namespace", "topic"), odd,
+                                                strict=True)))] == 2.5
+    for name, labels in (("m'", ("a",)), ("m", ("a'",)), ("m{a}", ()), ("m", ("1a",)),
+                         ("m", ("a=\"x\"} 1\nm",))):
+        with pytest.raises(ExpositionError, match="not a metric or label name"):
+            _line_writer(name, labels)
 
 
 # --- histograms --------------------------------------------------------------------------------
