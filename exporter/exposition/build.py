@@ -135,42 +135,58 @@ _HOLDER = "pulsar_storage_backlog_oldest_subscription_info"
 _SUB_AGE = "pulsar_subscription_storage_backlog_age_seconds"
 _SUB_ESTIMATED = "pulsar_subscription_storage_backlog_age_estimated"
 _STATUSES = (LimitStatus.WITHIN, LimitStatus.EXCEEDED)
+# The families `_add_topics` gathers, in the order it unpacks their lists.
+_TOPIC_FAMILIES = (_AGE, _ESTIMATED, _SIZE, _LIMIT, _LIMIT_TIME, _EXCEEDED, _HOLDER, _SUB_AGE,
+                   _SUB_ESTIMATED)
 
 
 def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecision],
                 enforce: bool, subscriptions_at: float | None) -> None:
     """Every topic's series, gathered a family at a time and added with `add_all`: a
-    checked `add` a series was most of the publication's build at 100k topics.
-    `subscriptions_at`: the check's time, when each subscription's age is published too."""
-    families: dict[str, tuple[list[tuple[str, ...]], list[float]]] = {}
+    checked `add` a series was most of the publication's build at 100k topics, and a call
+    a series to gather them most of the rest (each family's lists are appended to in
+    place). `subscriptions_at`: the check's time, when each subscription's age is
+    published too."""
+    families: dict[str, tuple[list[tuple[str, ...]], list[float]]] = {
+        name: ([], []) for name in _TOPIC_FAMILIES}
+    (age_k, age_v), (est_k, est_v), (size_k, size_v), (limit_k, limit_v), \
+        (time_k, time_v), (over_k, over_v), (holder_k, holder_v), (sub_k, sub_v), \
+        (sub_est_k, sub_est_v) = families.values()
     evicting: list[tuple[str, ...]] = []  # each quota type of a topic whose policy evicts
-
-    def add(name: str, labels: tuple[str, ...], value: float) -> None:
-        keys, values = families.get(name) or families.setdefault(name, ([], []))
-        keys.append(labels)
-        values.append(value)
-
+    # A limit's labels (type, policy, who enforces it), by the identity of the limit or
+    # quota they come from: a Resolver hands one object to every topic of a namespace, and
+    # the decisions hold them all through this call, so no id is reused.
+    labels: dict[tuple[int, QuotaType], tuple[str, str, str]] = {}
     for d in topics:
         key = (cluster, d.namespace, d.topic)
         if d.backlog_age_seconds is not None:
-            add(_AGE, key, d.backlog_age_seconds)
-            add(_ESTIMATED, key, 0.0 if d.time_source in MEASURED else 1.0)
+            age_k.append(key)
+            age_v.append(d.backlog_age_seconds)
+            est_k.append(key)
+            est_v.append(0.0 if d.time_source in MEASURED else 1.0)
         if _finite(d.backlog_bytes):
-            add(_SIZE, key, d.backlog_bytes)
+            size_k.append(key)
+            size_v.append(d.backlog_bytes)
         quota = d.quota
         if quota.limit_size is not None and quota.limit_size >= 0:
-            add(_LIMIT, key, quota.limit_size)
+            limit_k.append(key)
+            limit_v.append(quota.limit_size)
         if quota.limit_time is not None and quota.limit_time > 0:
-            add(_LIMIT_TIME, key, quota.limit_time)
+            time_k.append(key)
+            time_v.append(quota.limit_time)
         for quota_type, status in ((QuotaType.SIZE, d.size), (QuotaType.TIME, d.time)):
             if status in _STATUSES:
                 limit = d.limits.limit(quota_type) if d.limits else None
-                policy = limit.policy if limit else quota.policy
-                by = enforcer(limit.origin if limit else "config:", policy, enforce)
-                add(_EXCEEDED, (*key, quota_type.value, policy.value, by),
-                    1.0 if status is LimitStatus.EXCEEDED else 0.0)
+                which = (id(limit if limit else quota), quota_type)
+                if (suffix := labels.get(which)) is None:
+                    policy = limit.policy if limit else quota.policy
+                    by = enforcer(limit.origin if limit else "config:", policy, enforce)
+                    suffix = labels[which] = (quota_type.value, policy.value, by)
+                over_k.append((*key, *suffix))
+                over_v.append(1.0 if status is LimitStatus.EXCEEDED else 0.0)
         if d.holder is not None and d.backlog_messages > 0:
-            add(_HOLDER, (*key, d.holder), 1.0)
+            holder_k.append((*key, d.holder))
+            holder_v.append(1.0)
         if _evicts(d):
             evicting += [(*key, quota_type) for quota_type in QUOTA_TYPES]
         if subscriptions_at is None:
@@ -186,10 +202,13 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
             else:
                 age = max(0.0, subscriptions_at - s.oldest_publish_time)
                 estimated = 0.0 if s.time_source in MEASURED else 1.0
-            add(_SUB_AGE, (*key, s.name), age)
-            add(_SUB_ESTIMATED, (*key, s.name), estimated)
+            sub_k.append((*key, s.name))
+            sub_v.append(age)
+            sub_est_k.append((*key, s.name))
+            sub_est_v.append(estimated)
     for name, (keys, values) in families.items():
-        b.add_all(name, keys, values)
+        if keys:
+            b.add_all(name, keys, values)
     # Their eviction counters exist at 0 from the start, so that a first eviction is an
     # increase to alert on.
     for name in ("pulsar_storage_backlog_quota_exceeded_evictions_total",

@@ -27,7 +27,8 @@ def test_who_enforces(origin: str, policy: RetentionPolicy, enforce: bool, expec
 
 def test_each_topic_family_carries_its_decisions_value() -> None:
     """Every topic-level series of a cycle's decisions, with its labels and value, for
-    topics over and within limits of each type, without a backlog, and without a limit."""
+    topics over and within limits of each type, without a backlog, without a limit, and
+    under another namespace's policy (whose own labels it keeps)."""
     from exporter.config.model import BacklogQuota, BacklogQuotas
     from exporter.engine.backlog import SubscriptionBacklog, TimeSource, TopicBacklogState, check
     from exporter.engine.decide import Decisions
@@ -36,7 +37,8 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
     from tests.harness.pulsar import Metrics
 
     now, ns = 10_000.0, "t/ns"
-    quotas = BacklogQuotas(namespaces={ns: BacklogQuota(1000, 60.0, EVICT)})
+    quotas = BacklogQuotas(namespaces={ns: BacklogQuota(1000, 60.0, EVICT),
+                                       "t/hold": BacklogQuota(1000, 60.0, HOLD)})
     over = TopicBacklogState(f"persistent://{ns}/over", ns, (
         SubscriptionBacklog("slow", 50, 5000, now - 600, TimeSource.BROKER),
         SubscriptionBacklog("fast", 2, 200, now - 30, TimeSource.ESTIMATED)))
@@ -45,7 +47,9 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
     idle = TopicBacklogState(f"persistent://{ns}/idle", ns, (SubscriptionBacklog("a", 0),))
     free = TopicBacklogState("persistent://other/ns/free", "other/ns", (
         SubscriptionBacklog("a", 7, 70, None),))
-    topics = tuple(check(state, quotas, now) for state in (over, within, idle, free))
+    held = TopicBacklogState("persistent://t/hold/held", "t/hold", (
+        SubscriptionBacklog("a", 9, 9000, now - 900, TimeSource.BROKER),))
+    topics = tuple(check(state, quotas, now) for state in (over, within, held, idle, free))
     facts = CycleFacts("c", now, {}, now, 60.0, 10.0, 60.0, enforce=True,
                        subscription_ages=True)
     decisions = Decisions(now, topics, {ns: 600.0}, ())
@@ -59,12 +63,13 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
                 for s in metrics.find(name)}
 
     assert values("pulsar_storage_backlog_age_seconds") == {
-        ("over",): 600.0, ("within",): 10.0, ("idle",): 0.0}
+        ("over",): 600.0, ("within",): 10.0, ("held",): 900.0, ("idle",): 0.0}
     assert values("pulsar_storage_backlog_age_estimated") == {
-        ("over",): 0.0, ("within",): 1.0, ("idle",): 1.0}
+        ("over",): 0.0, ("within",): 1.0, ("held",): 0.0, ("idle",): 1.0}
     assert values("pulsar_storage_backlog_size") == {
-        ("over",): 5000.0, ("within",): 300.0, ("idle",): 0.0, ("free",): 70.0}
-    limited = {("over",): 1000.0, ("within",): 1000.0, ("idle",): 1000.0}
+        ("over",): 5000.0, ("within",): 300.0, ("held",): 9000.0, ("idle",): 0.0,
+        ("free",): 70.0}
+    limited = {("over",): 1000.0, ("within",): 1000.0, ("held",): 1000.0, ("idle",): 1000.0}
     assert values("pulsar_storage_backlog_quota_limit") == limited
     assert values("pulsar_storage_backlog_quota_limit_time") == {k: 60.0 for k in limited}
     assert values("pulsar_storage_backlog_quota_exceeded") == {
@@ -72,12 +77,13 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
         for topic, kind, value in (("over", "size", 1.0), ("over", "time", 1.0),
                                    ("within", "size", 0.0), ("within", "time", 0.0),
                                    ("idle", "size", 0.0), ("idle", "time", 0.0))
-        for policy in ("consumer_backlog_eviction",)}
+        for policy in ("consumer_backlog_eviction",)} | {
+        ("held", "none", "producer_request_hold", kind): 1.0 for kind in ("size", "time")}
     assert values("pulsar_storage_backlog_oldest_subscription_info") == {
-        ("over", "slow"): 1.0, ("within", "a"): 1.0, ("free", "a"): 1.0}
+        ("over", "slow"): 1.0, ("within", "a"): 1.0, ("held", "a"): 1.0, ("free", "a"): 1.0}
     assert values("pulsar_subscription_storage_backlog_age_seconds") == {
         ("over", "slow"): 600.0, ("over", "fast"): 30.0, ("within", "a"): 10.0,
-        ("idle", "a"): 0.0}
+        ("held", "a"): 900.0, ("idle", "a"): 0.0}
     # a topic whose policy evicts has its eviction counters from the start, at 0
     for counter in ("pulsar_storage_backlog_quota_exceeded_evictions_total",
                     "pulsar_storage_backlog_quota_would_evict_total"):
@@ -85,4 +91,4 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
                                    for kind in ("size", "time")}
     assert values("pulsar_subscription_storage_backlog_age_estimated") == {
         ("over", "slow"): 0.0, ("over", "fast"): 1.0, ("within", "a"): 1.0,
-        ("idle", "a"): 0.0}
+        ("held", "a"): 0.0, ("idle", "a"): 0.0}
