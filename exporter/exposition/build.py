@@ -98,6 +98,7 @@ class CycleFacts:
     topics_filtered: int = 0  # left out by filters.topics, in the brokers' latest tables
     topics_held: int = 0  # listed by no broker now, their last values kept (lastgood.py)
     subscription_ages: bool = False  # exposition.subscription_backlog_age
+    topic_level: bool = True  # exposition.topic_level: False, no topic's own series are built
     max_topics: int | None = None  # filters.max_topics
     record_bytes: int | None = None  # the record directory's size, when recording
     lease: LeaseView | None = None  # the enforcer lease, when enforcing
@@ -142,7 +143,7 @@ _TOPIC_FAMILIES = (_AGE, _ESTIMATED, _SIZE, _LIMIT, _LIMIT_TIME, _EXCEEDED, _HOL
 
 def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecision],
                 enforce: bool, subscriptions_at: float | None) -> None:
-    """Every topic's series, gathered a family at a time and added with `add_all`: a
+    """Every topic's own series, gathered a family at a time and added with `add_all`: a
     checked `add` a series was most of the publication's build at 100k topics, and a call
     a series to gather them most of the rest (each family's lists are appended to in
     place). `subscriptions_at`: the check's time, when each subscription's age is
@@ -152,7 +153,6 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
     (age_k, age_v), (est_k, est_v), (size_k, size_v), (limit_k, limit_v), \
         (time_k, time_v), (over_k, over_v), (holder_k, holder_v), (sub_k, sub_v), \
         (sub_est_k, sub_est_v) = families.values()
-    evicting: list[tuple[str, ...]] = []  # each quota type of a topic whose policy evicts
     # A limit's labels (type, policy, who enforces it), by the identity of the limit or
     # quota they come from: a Resolver hands one object to every topic of a namespace, and
     # the decisions hold them all through this call, so no id is reused.
@@ -187,8 +187,6 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
         if d.holder is not None and d.backlog_messages > 0:
             holder_k.append((*key, d.holder))
             holder_v.append(1.0)
-        if _evicts(d):
-            evicting += [(*key, quota_type) for quota_type in QUOTA_TYPES]
         if subscriptions_at is None:
             continue
         # Each subscription's own backlog age (PIP-492's name and labels, so one dashboard
@@ -209,8 +207,14 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
     for name, (keys, values) in families.items():
         if keys:
             b.add_all(name, keys, values)
-    # Their eviction counters exist at 0 from the start, so that a first eviction is an
-    # increase to alert on.
+
+
+def _seed_evictions(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecision]) -> None:
+    """The eviction counters of each topic whose policy evicts exist at 0 from the start,
+    so that a first eviction is an increase to alert on; without topic-level series they
+    are summed per namespace (`namespace_fallback`), so they are seeded either way."""
+    evicting = [(cluster, d.namespace, d.topic, quota_type)
+                for d in topics if _evicts(d) for quota_type in QUOTA_TYPES]
     for name in ("pulsar_storage_backlog_quota_exceeded_evictions_total",
                  "pulsar_storage_backlog_quota_would_evict_total"):
         b.seed_all(name, evicting)
@@ -320,8 +324,10 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
         b.add("pulsar_quota_exporter_topics_dropped", (c, "filtered"), facts.topics_filtered)
         b.add("pulsar_quota_exporter_topics_dropped", (c, "max_topics"),
               len(decisions.topics) - len(published))
-        _add_topics(b, c, published, facts.enforce,
-                    decisions.checked_at if facts.subscription_ages else None)
+        if facts.topic_level:  # else rendered without: at 1M topics 8 s of series unread
+            _add_topics(b, c, published, facts.enforce,
+                        decisions.checked_at if facts.subscription_ages else None)
+        _seed_evictions(b, c, published)
         for ns, age in decisions.namespace_max_age.items():
             b.add("pulsar_namespace_backlog_age_max_seconds", (c, ns), age)
         for g in decisions.groups:

@@ -174,6 +174,7 @@ class Exporter:
                                engine.max_report_gap, self.config.backlog_quotas.enforce,
                                topics_filtered=self._filtered, topics_held=self._held,
                                subscription_ages=self.config.exposition.subscription_backlog_age,
+                               topic_level=self.config.exposition.topic_level,
                                max_topics=self.config.filters.max_topics,
                                record_bytes=parts.recorder.bytes if parts.recorder else None,
                                lease=parts.lease.view() if parts.lease else None)

@@ -25,18 +25,17 @@ def test_who_enforces(origin: str, policy: RetentionPolicy, enforce: bool, expec
     assert expected in ENFORCERS
 
 
-def test_each_topic_family_carries_its_decisions_value() -> None:
-    """Every topic-level series of a cycle's decisions, with its labels and value, for
-    topics over and within limits of each type, without a backlog, without a limit, and
-    under another namespace's policy (whose own labels it keeps)."""
+NOW = 10_000.0
+
+
+def _decisions():
+    """Topics over and within limits of each type, without a backlog, without a limit, and
+    under another namespace's policy."""
     from exporter.config.model import BacklogQuota, BacklogQuotas
     from exporter.engine.backlog import SubscriptionBacklog, TimeSource, TopicBacklogState, check
     from exporter.engine.decide import Decisions
-    from exporter.exposition.build import CycleFacts, Tallies, build
-    from exporter.exposition.metricset import render
-    from tests.harness.pulsar import Metrics
 
-    now, ns = 10_000.0, "t/ns"
+    now, ns = NOW, "t/ns"
     quotas = BacklogQuotas(namespaces={ns: BacklogQuota(1000, 60.0, EVICT),
                                        "t/hold": BacklogQuota(1000, 60.0, HOLD)})
     over = TopicBacklogState(f"persistent://{ns}/over", ns, (
@@ -50,10 +49,20 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
     held = TopicBacklogState("persistent://t/hold/held", "t/hold", (
         SubscriptionBacklog("a", 9, 9000, now - 900, TimeSource.BROKER),))
     topics = tuple(check(state, quotas, now) for state in (over, within, held, idle, free))
-    facts = CycleFacts("c", now, {}, now, 60.0, 10.0, 60.0, enforce=True,
+    return Decisions(now, topics, {ns: 600.0}, ())
+
+
+def test_each_topic_family_carries_its_decisions_value() -> None:
+    """Every topic-level series of a cycle's decisions, with its labels and value, for
+    topics over and within limits of each type, without a backlog, without a limit, and
+    under another namespace's policy (whose own labels it keeps)."""
+    from exporter.exposition.build import CycleFacts, Tallies, build
+    from exporter.exposition.metricset import render
+    from tests.harness.pulsar import Metrics
+
+    facts = CycleFacts("c", NOW, {}, NOW, 60.0, 10.0, 60.0, enforce=True,
                        subscription_ages=True)
-    decisions = Decisions(now, topics, {ns: 600.0}, ())
-    metrics = Metrics(render(build(facts, decisions, (), Tallies(), "me"),
+    metrics = Metrics(render(build(facts, _decisions(), (), Tallies(), "me"),
                              topic_level=True).decode())
 
     def values(name: str) -> dict[tuple[str, ...], float]:
@@ -92,3 +101,29 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
     assert values("pulsar_subscription_storage_backlog_age_estimated") == {
         ("over", "slow"): 0.0, ("over", "fast"): 1.0, ("within", "a"): 1.0,
         ("held", "a"): 0.0, ("idle", "a"): 0.0}
+
+
+def test_without_topic_level_series_none_are_built_and_the_body_is_the_same() -> None:
+    """`exposition.topic_level: false` renders no topic's own series, so none are built;
+    the eviction counters, summed per namespace, still start at 0 and count."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from exporter.exposition.build import CycleFacts, Tallies, build
+    from exporter.exposition.metricset import render
+
+    facts = CycleFacts("c", NOW, {}, NOW, 60.0, 10.0, 60.0, enforce=True,
+                       subscription_ages=True)
+    tallies = Tallies(evictions=Counter({("t/ns", "persistent://t/ns/over", "size"): 2}))
+    bodies = {level: render(build(replace(facts, topic_level=level), _decisions(), (),
+                                  tallies, "me"), topic_level=False)
+              for level in (True, False)}
+    assert bodies[True] == bodies[False]
+    lines = bodies[False].decode().splitlines()
+    assert 'pulsar_storage_backlog_quota_exceeded_evictions_total{cluster="c",' \
+        'namespace="t/ns",quota_type="size"} 2' in lines
+    assert 'pulsar_storage_backlog_quota_would_evict_total{cluster="c",' \
+        'namespace="t/ns",quota_type="time"} 0' in lines
+    built = build(replace(facts, topic_level=False), _decisions(), (), tallies, "me")
+    assert built.value("pulsar_storage_backlog_age_seconds",
+                       ("c", "t/ns", "persistent://t/ns/over")) is None
