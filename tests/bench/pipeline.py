@@ -24,7 +24,9 @@ seconds, per topic, and the resident growth it and the merge leave (the decision
 engine's per-topic state); then the /metrics body of its decisions (build and render):
 seconds, size and traced peak. All of it
 under CPython's own garbage collections (their seconds inside the cycle), then with the
-full ones between cycles, as the exporter runs (runtime/garbage.py).
+full ones between cycles, as the exporter runs (runtime/garbage.py). Then the publication
+again, beside it under the two settings design.md gives a large fleet: `filters.max_topics`
+10,000 and `exposition.topic_level` false.
 The age tables (engine/agetable.py): resident bytes a topic (names excluded) after 2 cycles
 and once full, beside the same points kept as Python lists, as they were until 2026-11; and
 a cycle's observes, µs a topic, in a cycle where no table thins and in one where all do, and
@@ -34,6 +36,7 @@ its estimates.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
@@ -233,6 +236,7 @@ def engine(totals: list[int], brokers: int, cycles: int = 3) -> None:
           "| driver growth MB | body MB | publish peak MB "
           "| full GC between cycles: decide s | publish s | its collection s |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    levers: list[tuple[int, list[tuple[float, float]]]] = []
     for total in totals:
         template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
         tables = []
@@ -247,11 +251,35 @@ def engine(totals: list[int], brokers: int, cycles: int = 3) -> None:
         grown = _status_mb("VmRSS") - before
         body_mb, peak = _publish(decisions)
         decisions = None
-        ours, _, _ = _engine_cycles(config, tables, cycles, between=True)
+        ours, decisions, _ = _engine_cycles(config, tables, cycles, between=True)
         merge_s, decide_s, publish_s, gc_s, _ = theirs
         print(f"| {topics:,} | {merge_s:.2f} | {decide_s:.1f} | {decide_s / topics * 1e6:.0f} "
               f"| {publish_s:.1f} | {gc_s:.2f} | {grown:,.0f} | {body_mb:,.0f} | {peak:,.0f} "
               f"| {ours[1]:.1f} | {ours[2]:.1f} | {ours[4]:.2f} |", flush=True)
+        levers.append((topics, [_timed_body(decisions, **lever) for lever in _LEVERS]))
+        decisions = None
+    print("\n| topics | publication s (body MB): every topic "
+          + "".join(f"| {', '.join(f'{k}: {v}' for k, v in lever.items())} "
+                    for lever in _LEVERS[1:]) + "|")
+    print("|---:|---:" + "|---:" * (len(_LEVERS) - 1) + "|")
+    for topics, timed in levers:
+        print(f"| {topics:,} " + "".join(f"| {s:.2f} ({mb:,.1f}) " for s, mb in timed) + "|",
+              flush=True)
+
+
+# What design.md tells operators of a large fleet to set (filters.max_topics,
+# exposition.topic_level), beside publishing every topic: each publication's seconds.
+_LEVERS: tuple[dict, ...] = ({}, {"max_topics": 10_000}, {"topic_level": False})
+
+
+def _timed_body(decisions, **lever) -> tuple[float, float]:
+    """The publication's seconds (its best of three) and the body's MB under `lever`."""
+    best, size = math.inf, 0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        size = len(_body(decisions, **lever))
+        best = min(best, time.perf_counter() - t0)
+    return best, size / 1e6
 
 
 def _engine_cycles(config, tables, cycles: int, between: bool):
@@ -298,15 +326,16 @@ def _engine_cycles(config, tables, cycles: int, between: bool):
     return tuple(statistics.median(r[i] for r in warm) for i in range(5)), decisions, topics
 
 
-def _body(decisions) -> bytes:
-    """The /metrics body of the decisions, as the cycle makes it (build, render)."""
+def _body(decisions, **lever) -> bytes:
+    """The /metrics body of the decisions, as the cycle makes it (build, render); `lever`:
+    `CycleFacts`' max_topics or topic_level, as the configuration sets them."""
     from exporter.exposition.build import CycleFacts, Tallies, build
     from exporter.exposition.metricset import process_body, render
 
     facts = CycleFacts("bench", decisions.checked_at, {}, decisions.checked_at, 60.0, 10.0,
-                       60.0)
-    return render(build(facts, decisions, (), Tallies(), "bench"), topic_level=True,
-                  trailer=process_body())
+                       60.0, **lever)
+    return render(build(facts, decisions, (), Tallies(), "bench"),
+                  topic_level=facts.topic_level, trailer=process_body())
 
 
 def _publish(decisions) -> tuple[float, float]:
