@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from exporter.catalogue import ENFORCERS
 from exporter.config.model import RetentionPolicy
@@ -127,3 +131,31 @@ def test_without_topic_level_series_none_are_built_and_the_body_is_the_same() ->
     built = build(replace(facts, topic_level=False), _decisions(), (), tallies, "me")
     assert built.value("pulsar_storage_backlog_age_seconds",
                        ("c", "t/ns", "persistent://t/ns/over")) is None
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.booleans(),
+                          st.sampled_from([None, math.nan, 0.0, 5.0, 60.0]),
+                          st.sampled_from([None, math.inf, 0.0, 100.0])),
+                unique_by=lambda t: t[0]),
+       st.integers(1, 7))
+def test_max_topics_keeps_those_over_a_quota_then_the_oldest_largest_then_by_name(
+        topics: list, cap: int) -> None:
+    """`filters.max_topics`' choice, in order: a quota exceeded first, then the oldest
+    backlog, then the largest, then the name; an unknown age or size counts as 0."""
+    from dataclasses import replace
+
+    from exporter.engine.backlog import LimitStatus
+    from exporter.exposition.build import _published
+
+    base = _decisions().topics[0]
+    decisions = tuple(
+        replace(base, topic=name, size=LimitStatus.EXCEEDED if over else LimitStatus.WITHIN,
+                time=LimitStatus.WITHIN, backlog_age_seconds=age, backlog_bytes=size)
+        for name, over, age, size in topics)
+
+    def known(v: float | None) -> float:
+        return v if v is not None and math.isfinite(v) else 0.0
+
+    expected = sorted(topics, key=lambda t: (not t[1], -known(t[2]), -known(t[3]), t[0]))
+    got = [d.topic for d in _published(decisions, cap)]
+    assert got == [t[0] for t in (expected[:cap] if len(topics) > cap else topics)]
