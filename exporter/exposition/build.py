@@ -210,15 +210,24 @@ def _add_topics(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecisio
             b.add_all(name, keys, values)
 
 
-def _seed_evictions(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecision]) -> None:
+def _seed_evictions(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDecision],
+                    topic_level: bool) -> None:
     """The eviction counters of each topic whose policy evicts exist at 0 from the start,
-    so that a first eviction is an increase to alert on; without topic-level series they
-    are summed per namespace (`namespace_fallback`), so they are seeded either way."""
-    evicting = [(cluster, d.namespace, d.topic, quota_type)
-                for d in topics if _evicts(d) for quota_type in QUOTA_TYPES]
+    so that a first eviction is an increase to alert on. Without topic-level series they
+    are summed per namespace (`namespace_fallback`), where a sum of zeros exists once any
+    of its topics is seeded: so the first such topic of each namespace is (at 1M topics,
+    3.2 s of seeds folded, 2M a counter, where one a namespace makes the same body)."""
+    evicting = [d for d in topics if _evicts(d)]
+    if not topic_level:
+        firsts: dict[str, TopicDecision] = {}
+        for d in evicting:
+            firsts.setdefault(d.namespace, d)
+        evicting = list(firsts.values())
+    keys = [(cluster, d.namespace, d.topic, quota_type)
+            for d in evicting for quota_type in QUOTA_TYPES]
     for name in ("pulsar_storage_backlog_quota_exceeded_evictions_total",
                  "pulsar_storage_backlog_quota_would_evict_total"):
-        b.seed_all(name, evicting)
+        b.seed_all(name, keys)
 
 
 def _published(topics: tuple[TopicDecision, ...], cap: int | None) -> list[TopicDecision]:
@@ -329,7 +338,7 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
         if facts.topic_level:  # else rendered without: at 1M topics 8 s of series unread
             _add_topics(b, c, published, facts.enforce,
                         decisions.checked_at if facts.subscription_ages else None)
-        _seed_evictions(b, c, published)
+        _seed_evictions(b, c, published, facts.topic_level)
         for ns, age in decisions.namespace_max_age.items():
             b.add("pulsar_namespace_backlog_age_max_seconds", (c, ns), age)
         for g in decisions.groups:

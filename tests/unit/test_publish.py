@@ -118,8 +118,15 @@ def test_without_topic_level_series_none_are_built_and_the_body_is_the_same() ->
 
     facts = CycleFacts("c", NOW, {}, NOW, 60.0, 10.0, 60.0, enforce=True,
                        subscription_ages=True)
-    tallies = Tallies(evictions=Counter({("t/ns", "persistent://t/ns/over", "size"): 2}))
-    bodies = {level: render(build(replace(facts, topic_level=level), _decisions(), (),
+    # Namespaces whose evicting topics interleave, and a count on a topic not the first.
+    decisions = _decisions()
+    over = decisions.topics[0]
+    others = [replace(over, topic=f"persistent://t/{ns}/{i}", namespace=f"t/{ns}")
+              for i in range(3) for ns in ("b", "a")]
+    decisions = replace(decisions, topics=(*others[:3], *decisions.topics, *others[3:]))
+    tallies = Tallies(evictions=Counter({("t/ns", "persistent://t/ns/over", "size"): 2,
+                                         ("t/b", "persistent://t/b/2", "time"): 1}))
+    bodies = {level: render(build(replace(facts, topic_level=level), decisions, (),
                                   tallies, "me"), topic_level=False)
               for level in (True, False)}
     assert bodies[True] == bodies[False]
@@ -128,7 +135,9 @@ def test_without_topic_level_series_none_are_built_and_the_body_is_the_same() ->
         'namespace="t/ns",quota_type="size"} 2' in lines
     assert 'pulsar_storage_backlog_quota_would_evict_total{cluster="c",' \
         'namespace="t/ns",quota_type="time"} 0' in lines
-    built = build(replace(facts, topic_level=False), _decisions(), (), tallies, "me")
+    assert 'pulsar_storage_backlog_quota_exceeded_evictions_total{cluster="c",' \
+        'namespace="t/b",quota_type="time"} 1' in lines
+    built = build(replace(facts, topic_level=False), decisions, (), tallies, "me")
     assert built.value("pulsar_storage_backlog_age_seconds",
                        ("c", "t/ns", "persistent://t/ns/over")) is None
 
