@@ -214,9 +214,9 @@ def _seed_evictions(b: MetricSetBuilder, cluster: str, topics: Iterable[TopicDec
                     topic_level: bool) -> None:
     """The eviction counters of each topic whose policy evicts exist at 0 from the start,
     so that a first eviction is an increase to alert on. Without topic-level series they
-    are summed per namespace (`namespace_fallback`), where a sum of zeros exists once any
-    of its topics is seeded: so the first such topic of each namespace is (at 1M topics,
-    3.2 s of seeds folded, 2M a counter, where one a namespace makes the same body)."""
+    are rendered summed per namespace (`namespace_fallback`), and a namespace's sum exists
+    once any of its topics has a series: then only its first evicting topic is seeded. The
+    body is the same; seeding them all took 3.2 s at 1M topics (4M seeds, then folded)."""
     evicting = [d for d in topics if _evicts(d)]
     if not topic_level:
         firsts: dict[str, TopicDecision] = {}

@@ -339,7 +339,7 @@ def _line_writer(name: str, labels: Labels) -> LineWriter:
     pairs = ",".join(f'{label}="{{k{i}}}"' for i, label in enumerate(labels))
     keys = "".join(f"k{i}," for i in range(len(labels)))
     source = (f"lambda keys, values: [f'{name}{{{{{pairs}}}}} {{v}}\\n' "
-              f"for ({keys}), v in zip(keys, values)]")
+              f"for ({keys}), v in zip(keys, values, strict=True)]")
     return eval(source, {})  # only grammar-checked names are compiled in
 
 
