@@ -215,15 +215,19 @@ def check(state: TopicBacklogState, quotas: BacklogQuotas, now: float,
           pulsar: PulsarQuotas | None = None) -> TopicDecision:
     """Check one topic's backlog against its quota and plan the eviction it requires.
     `pulsar`: Pulsar's own policies, used unless `quotas.source` is `config`."""
-    return check_against(state, resolve(state.topic, state.namespace, quotas, pulsar), now)
+    return check_against(state.topic, state.namespace, state.subscriptions,
+                         state.average_message_size,
+                         resolve(state.topic, state.namespace, quotas, pulsar), now)
 
 
-def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
+def check_against(topic: str, namespace: str, subscriptions: tuple[SubscriptionBacklog, ...],
+                  average_message_size: float | None, limits: ResolvedQuota, now: float,
                   ) -> TopicDecision:
-    """`check` with the topic's quota already resolved (quotas.Resolver, once a cycle)."""
+    """`check` of a topic's parts, its quota already resolved (quotas.Resolver, once a
+    cycle): the decide makes no `TopicBacklogState` a topic (0.5 µs each)."""
     quota, source = limits.quota, limits.source
-    ordered = _oldest_first(state.subscriptions)
-    avg = _usable(state.average_message_size)
+    ordered = _oldest_first(subscriptions)
+    avg = _usable(average_message_size)
     limit_size, limit_time = quota.limit_size, quota.limit_time
     cutoff = None if limit_time is None else now - limit_time
 
@@ -231,12 +235,12 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
     # 5.7 µs, not 3.4 (Python 3.11).
     if not ordered:
         return TopicDecision(
-            state.topic, state.namespace, quota, source,
+            topic, namespace, quota, source,
             None, _NO_BACKLOG, 0, 0.0, _REPORTED,  # holder, bytes
             None, None, 0.0,  # oldest publish time, its source, age
             _NO_LIMIT if limit_size is None else _WITHIN,
             _NO_LIMIT if cutoff is None else _WITHIN,
-            _NONE, _NO_PLAN, limits, state.subscriptions)
+            _NONE, _NO_PLAN, limits, subscriptions)
 
     holder = ordered[0]
     oldest = holder.oldest_publish_time
@@ -271,7 +275,7 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
                   and limits.time.policy is evicting else ()),
         )
     return TopicDecision(
-        state.topic, state.namespace, quota, source,
+        topic, namespace, quota, source,
         holder.name,
         _LARGEST if oldest is None else _OLDEST,
         holder.backlog_messages,
@@ -280,7 +284,7 @@ def check_against(state: TopicBacklogState, limits: ResolvedQuota, now: float,
         oldest,
         None if oldest is None else holder.time_source,
         None if oldest is None else max(0.0, now - oldest),  # the age
-        size, time, action, plan, limits, state.subscriptions)
+        size, time, action, plan, limits, subscriptions)
 
 
 def _usable(avg: float | None) -> float | None:

@@ -42,3 +42,15 @@ def counts(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
         fits = np.abs(values) < LONG_BOUND
     fits &= np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)
     return np.where(fits, values, 0.0).astype(np.int64), fits
+
+
+def floats(column: pa.ChunkedArray | pa.Array, null: float) -> np.ndarray:
+    """A column as float64, `null` where null."""
+    return np.asarray(pc.fill_null(column, null).to_numpy(zero_copy_only=False), np.float64)
+
+
+def positions(values: pa.ChunkedArray, keys: pa.ChunkedArray) -> np.ndarray:
+    """Each value's row among `keys` (unique: an entity table's), -1 where none: each
+    subscription's topic row, worked out once a cycle for every use of it."""
+    return np.asarray(pc.fill_null(pc.index_in(values, keys), -1)
+                      .to_numpy(zero_copy_only=False), np.int64)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
-import pyarrow.compute as pc
 
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
 from exporter.engine.agetable import AgeTables
@@ -25,11 +24,10 @@ from exporter.engine.backlog import (
     MEASURED,
     SubscriptionBacklog,
     TimeSource,
-    TopicBacklogState,
     TopicDecision,
     check_against,
 )
-from exporter.engine.columns import counts, rows_of
+from exporter.engine.columns import counts, floats, positions, rows_of, shared
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.quotas import Resolver
@@ -40,9 +38,19 @@ from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter,
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot, TopicStats
 
-# A subscription as the check reads it: name, backlog, the age table's estimate (NaN: none)
-# and whether that is a lower bound.
-_Sub = tuple[str, float, float, bool]
+
+@dataclass(frozen=True)
+class _Subscriptions:
+    """A cycle's subscriptions as the check reads them, grouped by topic row: row r's are
+    items `starts[r]` to `starts[r + 1]` of each list, in the order the broker printed
+    them (one list a column, not a tuple a subscription gathered in a dict a topic)."""
+
+    starts: list[int]
+    names: list[str]
+    backlogs: list[float]
+    estimates: list[float]  # the age tables' estimate (NaN: none)
+    bounds: list[bool]  # whether that estimate is a lower bound
+
 
 NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
 
@@ -102,41 +110,40 @@ class Decider:
             self.peer.reconfigure(config.resource_group_engine)
 
     # --- backlog --------------------------------------------------------------------------
-    def _subscriptions(self, agg: Aggregates, rows: np.ndarray, published: np.ndarray,
-                       per_entries: np.ndarray, now: float,
-                       ) -> tuple[dict[str, list[_Sub]], dict[tuple[str, str], float]]:
-        """Per topic, its subscriptions' backlogs and the age tables' estimate of each
-        (`rows`: each topic's table, -1 where none or not observed now); per (topic,
-        subscription), the age its broker printed (PIP-492's gauge, Pulsar >= 5.0)."""
-        by_topic: dict[str, list[_Sub]] = defaultdict(list)
-        ages: dict[tuple[str, str], float] = {}
+    def _subscriptions(self, agg: Aggregates, at: np.ndarray, backlogs: np.ndarray,
+                       rows: np.ndarray, published: np.ndarray, per_entries: np.ndarray,
+                       now: float) -> tuple[_Subscriptions, dict[tuple[str, str], float]]:
+        """Every subscription's backlog and the age tables' estimate of it, by topic row
+        (`at`: each one's topic row, -1 where none; `rows`: each topic's table, -1 where
+        none or not observed now); per (topic, subscription), the age its broker printed
+        (PIP-492's gauge, Pulsar >= 5.0)."""
         subscriptions = agg.subscriptions
-        at = pc.index_in(subscriptions["topic"], agg.topics["topic"])
-        at = np.asarray(pc.fill_null(at, -1).to_numpy(zero_copy_only=False), np.int64)
-        backlog = np.asarray(pc.fill_null(subscriptions["backlog_messages"], 0.0)
-                             .to_numpy(zero_copy_only=False), np.float64)
         # A subscription of no topic (at -1) reads the last of each: no table.
         rows, published = np.append(rows, -1), np.append(published, 0)
         # int(backlog), then round(messages × per_entry): the backlog in entries (sizes.py)
-        entries = np.round(np.trunc(backlog) * np.append(per_entries, 1.0)[at])
+        entries = np.round(np.trunc(backlogs) * np.append(per_entries, 1.0)[at])
         estimated, lower = self.ages.ages(rows[at], np.clip(entries, 0, 2**62).astype(np.int64),
                                           published[at], now)
-        topics, names, backlogs, printed = rows_of(
-            subscriptions, ("topic", "subscription", "backlog_messages",
-                            "backlog_age_seconds"))
-        for topic, name, backlog, age, estimate, bound in zip(
-                topics, names, backlogs, printed, estimated.tolist(), lower.tolist(),
-                strict=True):
-            by_topic[topic].append((name, backlog or 0.0, estimate, bound))
-            if age is not None and math.isfinite(age) and age >= 0:
-                ages[(topic, name)] = age
-        return by_topic, ages
+        order = np.argsort(at, kind="stable")  # by topic row; those of no topic first
+        grouped = _Subscriptions(
+            np.searchsorted(at[order], np.arange(len(rows))).tolist(),
+            # a subscription's name is its key: never null
+            cast(list[str], shared(subscriptions["subscription"].take(order))),
+            backlogs[order].tolist(),
+            estimated[order].tolist(), lower[order].tolist())
+        printed = floats(subscriptions["backlog_age_seconds"], -1.0)
+        known = np.flatnonzero(np.isfinite(printed) & (printed >= 0))  # none before 5.0
+        ages = dict(zip(zip(subscriptions["topic"].take(known).to_pylist(),
+                            subscriptions["subscription"].take(known).to_pylist(),
+                            strict=True), printed[known].tolist(), strict=True))
+        return grouped, ages
 
-    def _topic_state(self, topic: str, namespace: str, subs: list[_Sub],
+    def _topic_state(self, topic: str, subs: _Subscriptions, lo: int, hi: int,
                      admin: TopicStats | None,
                      admin_at: float, now: float, broker_age: float | None,
-                     avg: float | None, measured: dict[tuple[str, str], tuple[float, int]],
-                     sub_ages: Mapping[tuple[str, str], float]) -> TopicBacklogState:
+                     measured: dict[tuple[str, str], tuple[float, int]],
+                     sub_ages: Mapping[tuple[str, str], float],
+                     ) -> tuple[SubscriptionBacklog, ...]:
         """Each subscription's oldest publish time, best source first: its own age where
         the broker has one (PIP-492, Pulsar >= 5.0: the admin REST's per subscription, else
         its /metrics gauge, `sub_ages`), the admin REST's topic-level
@@ -148,7 +155,7 @@ class Decider:
         the subscription with the largest backlog; no estimate of another is older.
         A subscription measured by the broker in an earlier cycle and not now keeps that
         publish time while its backlog has not shrunk (`measured`: this cycle's record).
-        `avg`: the topic's bytes per message (engine/sizes.py)."""
+        The topic's subscriptions are items `lo` to `hi` of `subs`."""
         admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
         precise, precise_time = None, None  # the admin REST's topic-level oldest, when given
         if admin and admin.oldest_backlog_message_age_seconds is not None:
@@ -156,12 +163,15 @@ class Decider:
             precise_time = admin_at - admin.oldest_backlog_message_age_seconds
         slowest, slowest_time = None, None  # the gauge's subscription and its publish time
         if precise is None and broker_age is not None:
-            backlogged = [(-b, n) for n, b, _, _ in subs if b > 0]
+            backlogged = [(-b, n) for n, b in zip(subs.names[lo:hi], subs.backlogs[lo:hi],
+                                                  strict=True) if b > 0]
             if backlogged:
                 slowest, slowest_time = min(backlogged)[1], now - broker_age
         states = []
-        for name, backlog, estimate, bound in subs:
-            messages = int(backlog)
+        names, backlogs, estimates, bounds = subs.names, subs.backlogs, subs.estimates, \
+            subs.bounds
+        for j in range(lo, hi):
+            name, messages, estimate = names[j], int(backlogs[j]), estimates[j]
             sub = admin_subs.get(name) if admin_subs else None
             size = None if sub is None else sub.backlog_size
             if messages <= 0:  # nothing unacknowledged: no publish time to look for
@@ -182,7 +192,7 @@ class Decider:
                 publish_time = now - estimate
                 if slowest_time is not None:
                     publish_time = max(publish_time, slowest_time)
-                elif bound:
+                elif bounds[j]:
                     source = TimeSource.LOWER_BOUND
             if source in MEASURED and publish_time is not None:  # always, for those two
                 measured[(topic, name)] = (publish_time, messages)
@@ -195,7 +205,7 @@ class Decider:
                 publish_time, source = last[0], TimeSource.ESTIMATED
                 measured[(topic, name)] = last
             states.append(SubscriptionBacklog(name, messages, size, publish_time, source))
-        return TopicBacklogState(topic, namespace, tuple(states), avg)
+        return tuple(states)
 
     def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
                  ) -> tuple[tuple[TopicDecision, ...], dict[str, float], frozenset[str]]:
@@ -211,8 +221,10 @@ class Decider:
             agg.topics, ("topic", "namespace", "backlog_age_seconds",
                          "backlog_quota_limit_bytes", "backlog_quota_limit_seconds"))
         published, counted = counts(agg.topics["msg_in_total"])
+        at = positions(agg.subscriptions["topic"], agg.topics["topic"])
+        backlogs = floats(agg.subscriptions["backlog_messages"], 0.0)
         averages, per_entries = message_sizes(
-            agg.topics, slowest_backlogs(agg.topics, agg.subscriptions), published)
+            agg.topics, slowest_backlogs(at, backlogs, len(topics)), published)
         # Our own topics (usage reports, the enforcer lease) are no backlog to check.
         # pulsar-lite names them without their domain, so they arrive as persistent://:
         # compare what follows the domain.
@@ -223,25 +235,26 @@ class Decider:
         # Every table first, the tables over their bound thinned together (agetable.py).
         observed = counted & np.array(checked, bool)
         rows = self.ages.observe_all(topics, published, observed, now)
-        subs, sub_ages = self._subscriptions(agg, np.where(observed, rows, -1), published,
-                                             per_entries, now)
+        subs, sub_ages = self._subscriptions(agg, at, backlogs, np.where(observed, rows, -1),
+                                             published, per_entries, now)
         names = self.ages.names(rows)  # one str a topic across cycles, not one each
         system = not quotas.system_topics
         # Whether the limits resolved here disagree with those a broker printed: the same
         # for every topic of a namespace with the same printed limits, so asked once.
         disagreeing: dict[tuple[int, float | None, float | None], bool] = {}
-        for topic, name, check, ns, age, avg, limit_size, limit_time in zip(
-                topics, names, checked, namespaces, ages, averages, sizes, times, strict=True):
+        for topic, name, check, ns, age, avg, limit_size, limit_time, lo, hi in zip(
+                topics, names, checked, namespaces, ages, averages, sizes, times,
+                subs.starts[:-1], subs.starts[1:], strict=True):
             if not check:
                 continue
             topic = name or topic
             # The broker prints -1 until its backlog-quota check has measured the age.
             broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
-            state = self._topic_state(topic, ns, subs.get(topic, []), stats.get(topic),
-                                      admin_at, now, broker_age, avg, measured, sub_ages)
+            states = self._topic_state(topic, subs, lo, hi, stats.get(topic), admin_at, now,
+                                       broker_age, measured, sub_ages)
             # the broker's SystemTopic is never over a quota
             resolver = unlimited if system and is_system_topic(topic) else limits
-            decision = check_against(state, resolver(topic, ns), now)
+            decision = check_against(topic, ns, states, avg, resolver(topic, ns), now)
             decisions.append(decision)
             if (resolved := decision.limits) is not None:
                 # by identity: its decision holds it, so no other object takes its id

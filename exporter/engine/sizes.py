@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from exporter.engine.columns import floats
 
 
-def _floats(column: pa.ChunkedArray | pa.Array, null: float) -> np.ndarray:
-    return np.asarray(pc.fill_null(column, null).to_numpy(zero_copy_only=False), np.float64)
-
-
-def slowest_backlogs(topics: pa.Table, subscriptions: pa.Table) -> np.ndarray:
+def slowest_backlogs(at: np.ndarray, backlogs: np.ndarray, topics: int) -> np.ndarray:
     """Per topic row, the largest backlog of its subscriptions (0 without any, or with
-    none above 0)."""
-    grouped = subscriptions.group_by("topic", use_threads=False).aggregate(
-        [("backlog_messages", "max")])
-    at = pc.index_in(topics["topic"], grouped["topic"])
-    return np.maximum(_floats(pc.take(grouped["backlog_messages_max"], at), 0.0), 0.0)
+    none above 0). `at`: each subscription's topic row (-1: none); `backlogs`: theirs."""
+    slowest = np.zeros(topics + 1)  # and a last row, of the subscriptions of no topic
+    np.maximum.at(slowest, at, backlogs)
+    return slowest[:topics]
 
 
 def message_sizes(topics: pa.Table, slowest: np.ndarray, published: np.ndarray,
@@ -45,8 +41,8 @@ def message_sizes(topics: pa.Table, slowest: np.ndarray, published: np.ndarray,
     backlog in messages. Exact for uniform message sizes; 1 where the broker prints no
     backlog size (pulsar-lite counts messages), and never below 1. `published`: each
     topic's message counter (`columns.counts`: 0 where it is no count)."""
-    bytes_in = _floats(topics["bytes_in_total"], 0.0)
-    backlog_bytes = _floats(topics["backlog_size_bytes"], 0.0)
+    bytes_in = floats(topics["bytes_in_total"], 0.0)
+    backlog_bytes = floats(topics["backlog_size_bytes"], 0.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         from_backlog = np.where(np.isfinite(backlog_bytes) & (backlog_bytes > 0) & (slowest > 0),
                                 backlog_bytes / slowest, np.nan)

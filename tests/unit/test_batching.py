@@ -11,7 +11,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.engine.columns import counts
+from exporter.engine.columns import counts, floats, positions
 from exporter.engine.sizes import message_sizes, slowest_backlogs
 
 F = pa.float64()
@@ -24,7 +24,9 @@ def _sizes(topics: list[dict], subscriptions: list[tuple[str, float | None]],
                           "msg_in_total", "bytes_in_total", "backlog_size_bytes")}})
     subs = pa.table({"topic": pa.array([t for t, _ in subscriptions], pa.string()),
                      "backlog_messages": pa.array([b for _, b in subscriptions], F)})
-    return message_sizes(table, slowest_backlogs(table, subs), counts(table["msg_in_total"])[0])
+    slowest = slowest_backlogs(positions(subs["topic"], table["topic"]),
+                               floats(subs["backlog_messages"], 0.0), table.num_rows)
+    return message_sizes(table, slowest, counts(table["msg_in_total"])[0])
 
 
 def _per_entry(subs: list[float], backlog_bytes: float | None, avg: float) -> float:

@@ -110,3 +110,26 @@ def test_an_estimate_is_flagged_and_an_unknown_age_is_left_out() -> None:
     assert measured.value(AGE, topic=KEPT, subscription="slow") == 9.0
     assert measured.value("pulsar_subscription_storage_backlog_age_estimated", topic=KEPT,
                           subscription="slow") == 0.0
+
+
+def test_a_printed_age_of_zero_is_the_brokers_own() -> None:
+    """0 s is an age (a message published this second), unlike Pulsar's -1 for none."""
+    _, topics = _decide(BODY + f"{AGE}{{{LABELS}}} 0\n")
+    stalled = _stalled(topics[KEPT])
+    assert (stalled.time_source, stalled.oldest_publish_time) == (TimeSource.BROKER, NOW)
+
+
+def test_each_topics_subscriptions_are_its_own_in_the_printed_order() -> None:
+    """The subscriptions reach each decision grouped by topic, in the order the broker
+    printed them; a topic without any has none."""
+    from tests.harness.synthetic import BodySpec, body_text
+
+    body = body_text(BodySpec(topics=40, subscriptions=3)) + BODY_5_0
+    agg = merge([(URL, source_tables([parse_text(body.encode())]))], {})
+    printed: dict[str, list[str]] = {}
+    for row in agg.subscriptions.to_pylist():
+        printed.setdefault(row["topic"], []).append(row["subscription"])
+    assert sum(len(names) == 3 for names in printed.values()) == 40  # an order to keep
+    decisions, _ = _decide(body)
+    assert {d.topic: [s.name for s in d.subscriptions] for d in decisions.topics} == {
+        d.topic: printed.get(d.topic, []) for d in decisions.topics}
