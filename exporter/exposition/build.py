@@ -331,14 +331,17 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     b.seed_counters(cluster=c)
     b.add("pulsar_quota_exporter_build_info", (c, __version__), 1.0)
     if decisions is not None:
-        published = _published(decisions.topics, facts.max_topics)
+        topics = decisions.topics
         b.add("pulsar_quota_exporter_topics_dropped", (c, "filtered"), facts.topics_filtered)
         b.add("pulsar_quota_exporter_topics_dropped", (c, "max_topics"),
-              len(decisions.topics) - len(published))
+              max(0, len(topics) - (facts.max_topics or len(topics))))
         if facts.topic_level:  # else rendered without: at 1M topics 8 s of series unread
+            published = _published(topics, facts.max_topics)
             _add_topics(b, c, published, facts.enforce,
                         decisions.checked_at if facts.subscription_ages else None)
-        _seed_evictions(b, c, published, facts.topic_level)
+            _seed_evictions(b, c, published, True)
+        else:  # summed per namespace: every namespace's, whichever topics max_topics keeps
+            _seed_evictions(b, c, topics, False)
         for ns, age in decisions.namespace_max_age.items():
             b.add("pulsar_namespace_backlog_age_max_seconds", (c, ns), age)
         for g in decisions.groups:

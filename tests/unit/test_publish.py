@@ -168,3 +168,30 @@ def test_max_topics_keeps_those_over_a_quota_then_the_oldest_largest_then_by_nam
     expected = sorted(topics, key=lambda t: (not t[1], -known(t[2]), -known(t[3]), t[0]))
     got = [d.topic for d in _published(decisions, cap)]
     assert got == [t[0] for t in (expected[:cap] if len(topics) > cap else topics)]
+
+
+def test_without_topic_level_series_every_namespace_sum_starts_at_zero_under_max_topics(
+        ) -> None:
+    """`filters.max_topics` chooses which topics' own series are published; without
+    topic-level series there are none to choose, and the eviction counters summed per
+    namespace exist at 0 for every namespace with a topic whose policy evicts."""
+    from dataclasses import replace
+
+    from exporter.exposition.build import CycleFacts, Tallies, build
+    from exporter.exposition.metricset import render
+    from tests.harness.pulsar import Metrics
+
+    decisions = _decisions()
+    over = decisions.topics[0]
+    quiet = replace(over, topic="persistent://t/quiet/q", namespace="t/quiet",
+                    backlog_age_seconds=0.0, backlog_bytes=0.0)
+    decisions = replace(decisions, topics=(*decisions.topics, quiet))
+    facts = CycleFacts("c", NOW, {}, NOW, 60.0, 10.0, 60.0, enforce=True, max_topics=1)
+    for level in (True, False):
+        metrics = Metrics(render(build(replace(facts, topic_level=level), decisions, (),
+                                       Tallies(), "me"), topic_level=level).decode())
+        assert metrics.value("pulsar_quota_exporter_topics_dropped",
+                             reason="max_topics") == len(decisions.topics) - 1
+    counted = {s.labels["namespace"]
+               for s in metrics.find("pulsar_storage_backlog_quota_would_evict_total")}
+    assert counted == {"t/ns", "t/quiet"}
