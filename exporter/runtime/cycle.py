@@ -30,7 +30,7 @@ from exporter.engine.decide import Decider, Decisions
 from exporter.engine.groups import effective_groups
 from exporter.engine.usage import EntryRejected
 from exporter.exposition.build import CycleFacts, Tallies, build
-from exporter.exposition.metricset import process_body, render
+from exporter.exposition.render import process_body, render
 from exporter.exposition.status import view
 from exporter.pipeline.merge import merge, release_unused
 from exporter.pipeline.tables import BrokerData, BrokerSide

@@ -27,8 +27,8 @@ from typing import Generic, TypeVar
 from urllib.parse import urlsplit
 
 from exporter import __version__
-from exporter.exposition.metricset import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, openmetrics
 from exporter.exposition.negotiation import accepts_gzip, prefers_openmetrics
+from exporter.exposition.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, openmetrics
 from exporter.server.webconfig import CHALLENGE, AuthOutcome, BasicAuth, TlsContext, WebConfig
 
 log = logging.getLogger(__name__)

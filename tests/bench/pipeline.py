@@ -330,7 +330,7 @@ def _body(decisions, **lever) -> bytes:
     """The /metrics body of the decisions, as the cycle makes it (build, render); `lever`:
     `CycleFacts`' max_topics or topic_level, as the configuration sets them."""
     from exporter.exposition.build import CycleFacts, Tallies, build
-    from exporter.exposition.metricset import process_body, render
+    from exporter.exposition.render import process_body, render
 
     facts = CycleFacts("bench", decisions.checked_at, {}, decisions.checked_at, 60.0, 10.0,
                        60.0, **lever)

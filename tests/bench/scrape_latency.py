@@ -25,7 +25,8 @@ from prometheus_client import CollectorRegistry, generate_latest, start_http_ser
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.catalogue import MetricType
-from exporter.exposition.metricset import MetricSet, MetricSetBuilder, render
+from exporter.exposition.metricset import MetricSet, MetricSetBuilder
+from exporter.exposition.render import render
 from exporter.server.http import GZIP_LEVEL, PublishedState, build_server
 
 PER_TOPIC = (  # 5 series per topic, like a backlog-quota cycle

@@ -58,7 +58,7 @@ from exporter.config.load import ConfigError, load, parse
 from exporter.config.model import Config, MonitoringClass
 from exporter.engine.decide import Decider
 from exporter.exposition.build import CycleFacts, Tallies, build
-from exporter.exposition.metricset import render
+from exporter.exposition.render import render
 from exporter.exposition.status import view
 from exporter.pipeline.merge import merge
 from exporter.pipeline.model import MalformedReason

@@ -16,14 +16,8 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.catalogue import BY_NAME, CATALOGUE, Domain, Metric, MetricType, Unit
-from exporter.exposition.metricset import (
-    ExpositionError,
-    HistogramValue,
-    MetricSetBuilder,
-    _line_writer,
-    format_value,
-    render,
-)
+from exporter.exposition.metricset import ExpositionError, HistogramValue, MetricSetBuilder
+from exporter.exposition.render import _line_writer, format_value, render
 
 AGE = "pulsar_storage_backlog_age_seconds"
 EVICTIONS = "pulsar_storage_backlog_quota_exceeded_evictions_total"

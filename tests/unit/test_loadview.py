@@ -31,7 +31,8 @@ from exporter.engine.loadview import (
 )
 from exporter.engine.shedders import SkipReason
 from exporter.exposition.build_load import add_load
-from exporter.exposition.metricset import MetricSetBuilder, render
+from exporter.exposition.metricset import MetricSetBuilder
+from exporter.exposition.render import render
 from exporter.pipeline.model import BROKERS, BUNDLES, FULL_BUNDLE, Aggregates
 from exporter.sources.model import AdminSnapshot, BundleOwnership
 

@@ -61,7 +61,7 @@ def test_each_topic_family_carries_its_decisions_value() -> None:
     topics over and within limits of each type, without a backlog, without a limit, and
     under another namespace's policy (whose own labels it keeps)."""
     from exporter.exposition.build import CycleFacts, Tallies, build
-    from exporter.exposition.metricset import render
+    from exporter.exposition.render import render
     from tests.harness.pulsar import Metrics
 
     facts = CycleFacts("c", NOW, {}, NOW, 60.0, 10.0, 60.0, enforce=True,
@@ -114,7 +114,7 @@ def test_without_topic_level_series_none_are_built_and_the_body_is_the_same() ->
     from dataclasses import replace
 
     from exporter.exposition.build import CycleFacts, Tallies, build
-    from exporter.exposition.metricset import render
+    from exporter.exposition.render import render
 
     facts = CycleFacts("c", NOW, {}, NOW, 60.0, 10.0, 60.0, enforce=True,
                        subscription_ages=True)
@@ -178,7 +178,7 @@ def test_without_topic_level_series_every_namespace_sum_starts_at_zero_under_max
     from dataclasses import replace
 
     from exporter.exposition.build import CycleFacts, Tallies, build
-    from exporter.exposition.metricset import render
+    from exporter.exposition.render import render
     from tests.harness.pulsar import Metrics
 
     decisions = _decisions()

@@ -22,7 +22,7 @@ import pytest
 
 from exporter.config.model import Exposition, Tls
 from exporter.demo.embedded import free_port
-from exporter.exposition.metricset import CONTENT_TYPE
+from exporter.exposition.render import CONTENT_TYPE
 from exporter.server.http import (
     ListenError,
     PublishedState,

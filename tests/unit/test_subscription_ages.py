@@ -13,7 +13,7 @@ from exporter.config.load import parse
 from exporter.engine.backlog import TimeSource
 from exporter.engine.decide import Decider
 from exporter.exposition.build import CycleFacts, Tallies, build
-from exporter.exposition.metricset import render
+from exporter.exposition.render import render
 from exporter.pipeline.merge import merge
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import source_tables
