@@ -14,7 +14,8 @@ Per body (one broker):
   parse, per-broker tables, in the tasks) plus the merge on the driver, median of
   `--repeat` after one warm-up.
 The fleet: `--brokers` brokers sharing the given total topic counts, each body with its
-own topic names, served by a separate process; job and merge seconds, samples/s, and
+own topic names, served by a separate process (its CPU seconds a cycle beside the job's: it
+shares the job's cores, where real brokers would not); job and merge seconds, samples/s, and
 peak RSS of the driver (this process, counted from when the bodies are written: its cycles'
 peak, keeping of each cycle's Aggregates only what the exporter keeps until the next), the
 JVM and the Python workers (VmHWM).
@@ -187,9 +188,9 @@ def per_body(context, sizes: list[int], repeat: int, workdir: Path) -> None:
 
 def fleet(context, totals: list[int], brokers: int, repeat: int, workdir: Path) -> None:
     print(f"\n### A fleet of {brokers} brokers\n")
-    print("| topics | samples | GB | job s | merge s | samples/s | driver MB | JVM MB "
-          "| Python workers MB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| topics | samples | GB | job s | the stand-in brokers' CPU s a cycle | merge s "
+          "| samples/s | driver MB | JVM MB | Python workers MB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for total in totals:
         per = max(1, total // brokers)
         template = body_text(BodySpec(topics=per, concatenated=False))
@@ -200,18 +201,27 @@ def fleet(context, totals: list[int], brokers: int, repeat: int, workdir: Path) 
             (folder / f"b{b}.prom").write_text(template.replace("/b0-topic-", f"/b{b}-topic-"))
         _reset_hwm()  # the driver's peak from here on: the cycles', not the bodies' making
         server, url = _serve(folder)
+        cycles = max(1, repeat - 2)
         try:
+            served = _cpu_seconds(server.pid)
             _, job, merge_s, topics = _cycle(context, [f"{url}/b{b}.prom" for b in range(brokers)],
-                                          max(1, repeat - 2))
+                                          cycles)
+            served = (_cpu_seconds(server.pid) - served) / (cycles + 1)  # the warm-up too
         finally:
             server.terminate()
             for f in folder.iterdir():
                 f.unlink()
         jvm, workers = _spark_processes()
         size = len(template) * brokers / 1e9
-        print(f"| {topics:,} | {samples * brokers:,} | {size:.2f} | {job:.1f} | {merge_s:.2f} "
-              f"| {samples * brokers / (job + merge_s):,.0f} | {_hwm_mb():,.0f} | {jvm:,.0f} "
-              f"| {workers:,.0f} |", flush=True)
+        print(f"| {topics:,} | {samples * brokers:,} | {size:.2f} | {job:.1f} | {served:.1f} "
+              f"| {merge_s:.2f} | {samples * brokers / (job + merge_s):,.0f} | {_hwm_mb():,.0f} "
+              f"| {jvm:,.0f} | {workers:,.0f} |", flush=True)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU seconds a process has used (user and system, /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # As operators run it: every topic under a default quota whose policy evicts, so that each
