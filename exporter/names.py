@@ -1,4 +1,4 @@
-"""Pulsar's naming rules, stated once for every stage that needs them.
+"""Pulsar's naming rules, and the text format's, stated once for every stage that needs them.
 
 A partition of a partitioned topic is the topic `<parent>-partition-<N>`
 (Pulsar's TopicName.PARTITIONED_TOPIC_SUFFIX); policies set on the parent apply to each
@@ -9,6 +9,11 @@ partition (TopicName.getPartitionedTopicName). A bundle is named by its hash ran
 from __future__ import annotations
 
 import re
+
+# A metric's and a label's name in Prometheus' text format (the parse reads them, the render
+# compiles them into code), as patterns both Python's `re` and RE2 (Arrow compute) accept.
+METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 
 # The suffix, as a pattern both Python's `re` and RE2 (Arrow compute) accept.
 PARTITION_SUFFIX = r"-partition-[0-9]+$"

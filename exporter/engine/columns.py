@@ -37,7 +37,7 @@ def shared(column: pa.ChunkedArray) -> list[str | None]:
 def counts(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """A message counter as int64, and where it is one: not where no long holds it
     (null, NaN, beyond ±2^63: malformed, not a count)."""
-    values = np.asarray(pc.fill_null(column, 0.0).to_numpy(zero_copy_only=False), np.float64)
+    values = floats(column, 0.0)
     with np.errstate(invalid="ignore"):
         fits = np.abs(values) < LONG_BOUND
     fits &= np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)

@@ -28,6 +28,7 @@ from prometheus_client import (
 
 from exporter.catalogue import Metric, MetricType
 from exporter.exposition.metricset import ExpositionError, HistogramValue, Labels, MetricSet
+from exporter.names import LABEL_NAME, METRIC_NAME
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -101,8 +102,7 @@ class _Body:
 
 
 # The names a compiled line writer may hold: the text format's own (the catalogue's all fit).
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_METRIC_NAME, _LABEL_NAME = re.compile(METRIC_NAME), re.compile(LABEL_NAME)
 LineWriter = Callable[[Sequence[Labels], Sequence[str]], list[str]]
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.names import PARTITION_SUFFIX
+from exporter.names import LABEL_NAME, METRIC_NAME, PARTITION_SUFFIX
 from exporter.pipeline import slices
 from exporter.pipeline.labelsets import LABELS, PLACEHOLDERS, label_columns
 from exporter.pipeline.model import TOPIC_ONLY, MalformedReason
@@ -113,10 +113,8 @@ FAMILIES: tuple[str, ...] = tuple(sorted(
     | set(BROKER_FAMILIES)))
 
 # --- the text format, in RE2 syntax (linear time: no backtracking to guard against) -------
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 _QUOTED = r'"(?:[^"\\\n]|\\[^\n])*"'  # escapes: \\ \" \n (any escaped char accepted)
-_PAIR = rf"{_LABEL_NAME}[ \t]*=[ \t]*{_QUOTED}"
+_PAIR = rf"{LABEL_NAME}[ \t]*=[ \t]*{_QUOTED}"
 _VALUE = (r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf(?:inity)?))"
           r"|(?i:nan)")
 _LABEL_SET = rf"[ \t]*(?:{_PAIR}(?:[ \t]*,[ \t]*{_PAIR})*[ \t]*,?[ \t]*)?"
@@ -129,7 +127,7 @@ _AFTER_VALUE = r"^(?:[ \t]+-?[0-9]+)?[ \t]*\r?\n?$"  # a timestamp, blanks, the 
 _READ_FAMILY = "^[ \t]*(?:" + "|".join(FAMILIES) + ")[ \t{]"
 _COMMENT_OR_BLANK = r"^[ \t]*(?:#|\r?\n?$)"
 # A sample of a family not read: its shape is checked (name, braces, value), not its labels.
-_ANY_SAMPLE = rf"^[ \t]*{_NAME}(?:[ \t]*\{{.*\}}[ \t]*|[ \t]+)(?:{_VALUE})(?:[ \t]|\r?\n?$)"
+_ANY_SAMPLE = rf"^[ \t]*{METRIC_NAME}(?:[ \t]*\{{.*\}}[ \t]*|[ \t]+)(?:{_VALUE})(?:[ \t]|\r?\n?$)"
 # One RE2 pass over the lines of families not read (one alternation, one DFA).
 _COMMENT_OR_SAMPLE = f"(?:{_COMMENT_OR_BLANK})|(?:{_ANY_SAMPLE})"
 

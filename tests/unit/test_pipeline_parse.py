@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.names import METRIC_NAME
 from exporter.pipeline import parse, slices
 from exporter.pipeline.model import MalformedReason
 from exporter.pipeline.parse import BROKER_FAMILIES, FAMILIES, parse_text
@@ -398,7 +399,7 @@ def test_label_values_and_sample_values_round_trip(pairs):
 # The text format's sample line, whole: what `_cut`'s pieces (name, label set, value, what
 # follows it) add up to. Python's `re` reads this RE2 syntax alike.
 SAMPLE_LINE = re.compile(
-    rf"[ \t]*{parse._NAME}(?:[ \t]*\{{{parse._LABEL_SET}\}}[ \t]*|[ \t]+)(?:{parse._VALUE})"
+    rf"[ \t]*{METRIC_NAME}(?:[ \t]*\{{{parse._LABEL_SET}\}}[ \t]*|[ \t]+)(?:{parse._VALUE})"
     r"(?:[ \t]+-?[0-9]+)?[ \t]*\r?\n?")
 _SEEDS = [
     'pulsar_in_messages_total{cluster="c",namespace="t/n",topic="persistent://t/n/a"} 10\n',

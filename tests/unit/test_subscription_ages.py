@@ -124,12 +124,17 @@ def test_each_topics_subscriptions_are_its_own_in_the_printed_order() -> None:
     printed them; a topic without any has none."""
     from tests.harness.synthetic import BodySpec, body_text
 
-    body = body_text(BodySpec(topics=40, subscriptions=3)) + BODY_5_0
+    # printed first but last by name, so that an order by name fails; and a topic of none
+    lonely = "persistent://bench/ns-0/lonely"
+    body = (body_text(BodySpec(topics=40, subscriptions=3)).replace('"sub-0"', '"zz-0"')
+            + BODY_5_0 + f'pulsar_storage_size{{cluster="bench",namespace="bench/ns-0",'
+                         f'topic="{lonely}"}} 0\n')
     agg = merge([(URL, source_tables([parse_text(body.encode())]))], {})
     printed: dict[str, list[str]] = {}
     for row in agg.subscriptions.to_pylist():
         printed.setdefault(row["topic"], []).append(row["subscription"])
-    assert sum(len(names) == 3 for names in printed.values()) == 40  # an order to keep
-    decisions, _ = _decide(body)
+    assert sum(names == ["zz-0", "sub-1", "sub-2"] for names in printed.values()) == 40
+    decisions, topics = _decide(body)
+    assert topics[lonely].subscriptions == ()
     assert {d.topic: [s.name for s in d.subscriptions] for d in decisions.topics} == {
         d.topic: printed.get(d.topic, []) for d in decisions.topics}
