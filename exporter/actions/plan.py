@@ -63,7 +63,7 @@ def consumers_seen(agg: Aggregates) -> dict[tuple[str, str], int | None]:
 def orders_for(decisions: Decisions, consumers: Consumers | None = None) -> list[EvictionOrder]:
     seen = consumers or {}
     orders = []
-    for d in decisions.topics:
+    for d in decisions.topics.over():  # only a topic over a quota has a plan
         orders += [EvictionOrder(d.topic, s.subscription, "size", messages=s.skip_messages,
                                  consumers=seen.get((d.topic, s.subscription)))
                    for s in d.plan.size if s.skip_messages > 0]
@@ -88,7 +88,7 @@ class Enforcement:
         """`consumers` is called only when there is something to evict. `lease`: enforcing
         with others, evict only while holding it (None: alone, as a test's evictor is).
         `system_cursors` (backlog_quotas.evict_system_cursors): cut `__compaction` too."""
-        namespaces = {d.topic: d.namespace for d in decisions.topics}
+        namespaces = {d.topic: d.namespace for d in decisions.topics.over()}
         if not enforce:
             return Acted(would_evict=self._dry_run(orders_for(decisions), namespaces))
         if lease is not None and not lease.refresh():
@@ -103,7 +103,7 @@ class Enforcement:
         if not system_cursors:
             orders = self._without_system_cursors(orders, failures)
         backlog_bytes = {(d.topic, s.subscription): s.backlog_bytes
-                         for d in decisions.topics for s in d.plan.size}
+                         for d in decisions.topics.over() for s in d.plan.size}
         performed: set[Counted] = set()
         fence = lease.confirm if lease is not None else unfenced
         for result in evictor.perform(self._not_yet_seen_by_broker(orders, backlog_bytes),

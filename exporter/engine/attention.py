@@ -26,12 +26,13 @@ import math
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.config.model import TopicFilter
-from exporter.engine.backlog import MEASURED, LimitStatus
 from exporter.engine.quotas import ResolvedQuota
+from exporter.engine.topicdecisions import UNKNOWN, WITHIN
 from exporter.pipeline.tables import keep
 
 if TYPE_CHECKING:
@@ -58,10 +59,11 @@ def stats_wanted(decisions: Decisions, listed: Sequence[str], *, rule: TopicFilt
     `decisions` (the last cycle's), with `seen` the topics on last cycle's tables (our own
     lease and usage topics too, which are no backlog to decide) and `stale` those of them
     no broker listed afresh (held, or of a broker whose /metrics failed)."""
-    wanted = {d.topic for d in decisions.topics
-              if d.exceeded or d.time is LimitStatus.UNKNOWN
-              or (d.time is LimitStatus.WITHIN and d.backlog_messages > 0
-                  and d.time_source not in MEASURED)}
+    c = decisions.topics.columns
+    # over a quota, an age unknown, or within its time limit on an estimate
+    wanted = {c.topic[k] for k in np.flatnonzero(
+        c.over | (c.time == UNKNOWN) | ((c.time == WITHIN) & (c.messages > 0) & ~c.measured)
+    ).tolist()}
     names = pa.array(listed, pa.string())
     unseen = names.filter(pc.invert(pc.is_in(names, seen)))
     if len(unseen) and rule.active:

@@ -16,41 +16,24 @@ from dataclasses import dataclass, field, replace
 from typing import cast
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
 from exporter.engine.agetable import AgeTables
 from exporter.engine.attention import disagrees
-from exporter.engine.backlog import (
-    MEASURED,
-    SubscriptionBacklog,
-    TimeSource,
-    TopicDecision,
-    check_against,
-)
 from exporter.engine.columns import counts, floats, positions, rows_of, shared
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
-from exporter.engine.quotas import Resolver
+from exporter.engine.publishtimes import Measures, Subscriptions, publish_times
+from exporter.engine.quotas import ResolvedQuota, Resolver
 from exporter.engine.sizes import message_sizes, slowest_backlogs
 from exporter.engine.systemtopics import is_system_topic
 from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
+from exporter.engine.topicdecisions import TopicDecisions, check_topics
 from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
 from exporter.pipeline.model import Aggregates
-from exporter.sources.model import AdminSnapshot, TopicStats
-
-
-@dataclass(frozen=True)
-class _Subscriptions:
-    """A cycle's subscriptions as the check reads them, grouped by topic row: row r's are
-    items `starts[r]` to `starts[r + 1]` of each list, in the order the broker printed
-    them (one list a column, not a tuple a subscription gathered in a dict a topic)."""
-
-    starts: list[int]
-    names: list[str]
-    backlogs: list[float]
-    estimates: list[float]  # the age tables' estimate (NaN: none)
-    bounds: list[bool]  # whether that estimate is a lower bound
-
+from exporter.sources.model import AdminSnapshot
 
 NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
 
@@ -73,7 +56,7 @@ class GroupResult:
 @dataclass(frozen=True)
 class Decisions:
     checked_at: float
-    topics: tuple[TopicDecision, ...]
+    topics: TopicDecisions  # decisions made as they are read (topicdecisions.py)
     namespace_max_age: Mapping[str, float]
     groups: tuple[GroupResult, ...]
     peer_ages: Mapping[str, float] = field(default_factory=dict)  # peer → seconds since report
@@ -82,6 +65,10 @@ class Decisions:
     # Topics whose Pulsar limits, as resolved here, differ from those their broker prints it
     # applies: a topic-level policy set since it was last read (sources/policies.py).
     doubted: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topics, TopicDecisions):  # made already: a test's, a record's
+            object.__setattr__(self, "topics", TopicDecisions.of(self.topics))
 
 
 class Decider:
@@ -92,7 +79,7 @@ class Decider:
         self.participant = participant or config.resource_group_engine.participant
         self.ages = AgeTables()
         # (topic, subscription) → (publish time, backlog) last read from the broker itself
-        self._measured: dict[tuple[str, str], tuple[float, int]] = {}
+        self._measured: Measures = {}
         self._counters = UsageCounter()
         self._last_at: float | None = None
         self.peer = Participant(self.participant, config.resource_group_engine)
@@ -112,11 +99,13 @@ class Decider:
     # --- backlog --------------------------------------------------------------------------
     def _subscriptions(self, agg: Aggregates, at: np.ndarray, backlogs: np.ndarray,
                        rows: np.ndarray, published: np.ndarray, per_entries: np.ndarray,
-                       now: float) -> tuple[_Subscriptions, dict[tuple[str, str], float]]:
-        """Every subscription's backlog and the age tables' estimate of it, by topic row
-        (`at`: each one's topic row, -1 where none; `rows`: each topic's table, -1 where
-        none or not observed now); per (topic, subscription), the age its broker printed
-        (PIP-492's gauge, Pulsar >= 5.0)."""
+                       now: float) -> tuple[Subscriptions, np.ndarray, np.ndarray, np.ndarray,
+                                            np.ndarray, np.ndarray]:
+        """Every subscription grouped by topic row (`at`: each one's, -1 where none;
+        `rows`: each topic's age table, -1 where none or not observed now), with, in that
+        order, the age tables' estimate of its age and whether it is a lower bound, its
+        backlog as printed, and the age its broker printed (PIP-492's gauge, Pulsar >= 5.0;
+        NaN where none)."""
         subscriptions = agg.subscriptions
         # A subscription of no topic (at -1) reads the last of each: no table.
         rows, published = np.append(rows, -1), np.append(published, 0)
@@ -125,101 +114,34 @@ class Decider:
         estimated, lower = self.ages.ages(rows[at], np.clip(entries, 0, 2**62).astype(np.int64),
                                           published[at], now)
         order = np.argsort(at, kind="stable")  # by topic row; those of no topic first
-        grouped = _Subscriptions(
-            np.searchsorted(at[order], np.arange(len(rows))).tolist(),
+        printed = floats(subscriptions["backlog_age_seconds"], math.nan)
+        ordered = backlogs[order]
+        messages = np.trunc(np.nan_to_num(ordered, nan=0.0, posinf=2.0**62, neginf=-2.0**62))
+        names = subscriptions["subscription"].take(order).combine_chunks()
+        # Where each name sorts: UTF-8's byte order is that of code points, as str's.
+        encoded = pc.dictionary_encode(names)
+        rank = np.asarray(pc.rank(encoded.dictionary, "ascending"), np.int64)
+        grouped = Subscriptions(
+            np.searchsorted(at[order], np.arange(len(rows))), at[order],
             # a subscription's name is its key: never null
-            cast(list[str], shared(subscriptions["subscription"].take(order))),
-            backlogs[order].tolist(),
-            estimated[order].tolist(), lower[order].tolist())
-        printed = floats(subscriptions["backlog_age_seconds"], -1.0)
-        known = np.flatnonzero(np.isfinite(printed) & (printed >= 0))  # none before 5.0
-        ages = dict(zip(zip(subscriptions["topic"].take(known).to_pylist(),
-                            subscriptions["subscription"].take(known).to_pylist(),
-                            strict=True), printed[known].tolist(), strict=True))
-        return grouped, ages
-
-    def _topic_state(self, topic: str, subs: _Subscriptions, lo: int, hi: int,
-                     admin: TopicStats | None,
-                     admin_at: float, now: float, broker_age: float | None,
-                     measured: dict[tuple[str, str], tuple[float, int]],
-                     sub_ages: Mapping[tuple[str, str], float],
-                     ) -> tuple[SubscriptionBacklog, ...]:
-        """Each subscription's oldest publish time, best source first: its own age where
-        the broker has one (PIP-492, Pulsar >= 5.0: the admin REST's per subscription, else
-        its /metrics gauge, `sub_ages`), the admin REST's topic-level
-        `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's PIP-323
-        gauge `broker_age`, else our age table's estimate (NaN where none; with whether it
-        is a lower bound). The gauge
-        (`PersistentTopic.getBestEffortOldestUnacknowledgedMessageAgeSeconds`) is the
-        slowest cursor's oldest position as of the last backlog-quota check, so it goes to
-        the subscription with the largest backlog; no estimate of another is older.
-        A subscription measured by the broker in an earlier cycle and not now keeps that
-        publish time while its backlog has not shrunk (`measured`: this cycle's record).
-        The topic's subscriptions are items `lo` to `hi` of `subs`."""
-        admin_subs = {s.name: s for s in admin.subscriptions} if admin else {}
-        precise, precise_time = None, None  # the admin REST's topic-level oldest, when given
-        if admin and admin.oldest_backlog_message_age_seconds is not None:
-            precise = admin.oldest_backlog_message_subscription
-            precise_time = admin_at - admin.oldest_backlog_message_age_seconds
-        slowest, slowest_time = None, None  # the gauge's subscription and its publish time
-        if precise is None and broker_age is not None:
-            backlogged = [(-b, n) for n, b in zip(subs.names[lo:hi], subs.backlogs[lo:hi],
-                                                  strict=True) if b > 0]
-            if backlogged:
-                slowest, slowest_time = min(backlogged)[1], now - broker_age
-        states = []
-        names, backlogs, estimates, bounds = subs.names, subs.backlogs, subs.estimates, \
-            subs.bounds
-        for j in range(lo, hi):
-            name, messages, estimate = names[j], int(backlogs[j]), estimates[j]
-            sub = admin_subs.get(name) if admin_subs else None
-            size = None if sub is None else sub.backlog_size
-            if messages <= 0:  # nothing unacknowledged: no publish time to look for
-                states.append(SubscriptionBacklog(name, messages, size))
-                continue
-            publish_time: float | None = None
-            source = TimeSource.ESTIMATED
-            own = None if sub is None else sub.oldest_backlog_message_age_seconds
-            if own is not None:
-                publish_time, source = admin_at - own, TimeSource.PRECISE
-            elif sub_ages and (topic, name) in sub_ages:
-                publish_time, source = now - sub_ages[(topic, name)], TimeSource.BROKER
-            elif name == precise:
-                publish_time, source = precise_time, TimeSource.PRECISE
-            elif name == slowest:
-                publish_time, source = slowest_time, TimeSource.BROKER
-            elif estimate == estimate:  # not NaN: the age table has one
-                publish_time = now - estimate
-                if slowest_time is not None:
-                    publish_time = max(publish_time, slowest_time)
-                elif bounds[j]:
-                    source = TimeSource.LOWER_BOUND
-            if source in MEASURED and publish_time is not None:  # always, for those two
-                measured[(topic, name)] = (publish_time, messages)
-            elif (last := self._measured.get((topic, name))) is not None \
-                    and messages >= last[1] and (publish_time is None or publish_time > last[0]):
-                # Measured before, not now: the topic was just loaded again (a bundle moved,
-                # a broker restarted) and its owner has not run its backlog-quota check yet,
-                # while its counters restarted at 0 and reset our age table. A backlog that
-                # has not shrunk still holds that oldest message, as far as we can tell.
-                publish_time, source = last[0], TimeSource.ESTIMATED
-                measured[(topic, name)] = last
-            states.append(SubscriptionBacklog(name, messages, size, publish_time, source))
-        return tuple(states)
+            cast(list[str], shared(pa.chunked_array([names]))),
+            rank[np.asarray(encoded.indices.fill_null(0), np.int64)] if len(rank) else
+            np.zeros(len(order), np.int64),
+            np.clip(messages, -2.0**62, 2.0**62).astype(np.int64),
+            np.full(len(order), np.nan), np.zeros(len(order), np.int8))
+        return grouped, estimated[order], lower[order], ordered, printed[order], order
 
     def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
-                 ) -> tuple[tuple[TopicDecision, ...], dict[str, float], frozenset[str]]:
+                 ) -> tuple[TopicDecisions, dict[str, float], frozenset[str]]:
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now
         quotas = self.config.backlog_quotas
         limits, unlimited = Resolver(quotas, admin.quotas if admin else None), Resolver(NO_QUOTAS)
-        decisions: list[TopicDecision] = []
-        max_age: dict[str, float] = {}
-        doubted: list[str] = []
-        measured: dict[tuple[str, str], tuple[float, int]] = {}
-        topics, namespaces, ages, sizes, times = rows_of(
-            agg.topics, ("topic", "namespace", "backlog_age_seconds",
-                         "backlog_quota_limit_bytes", "backlog_quota_limit_seconds"))
+        topics, namespaces = rows_of(agg.topics, ("topic", "namespace"))
+        gauge = floats(agg.topics["backlog_age_seconds"], math.nan)
+        # The broker prints -1 until its backlog-quota check has measured the age.
+        with np.errstate(invalid="ignore"):
+            gauge = np.where(np.isfinite(gauge) & (gauge >= 0), gauge, np.nan)
         published, counted = counts(agg.topics["msg_in_total"])
         at = positions(agg.subscriptions["topic"], agg.topics["topic"])
         backlogs = floats(agg.subscriptions["backlog_messages"], 0.0)
@@ -231,43 +153,60 @@ class Decider:
         ours = {t.partition("://")[2] for t in (self.config.resource_group_engine.topic,
                                                 quotas.lock_topic)}
         endings = tuple(ours)  # a test of the ending first: most topics fail it, cheaply
-        checked = [not (t.endswith(endings) and t.partition("://")[2] in ours) for t in topics]
+        checked = np.array([not (t.endswith(endings) and t.partition("://")[2] in ours)
+                            for t in topics], bool)
         # Every table first, the tables over their bound thinned together (agetable.py).
-        observed = counted & np.array(checked, bool)
+        observed = counted & checked
         rows = self.ages.observe_all(topics, published, observed, now)
-        subs, sub_ages = self._subscriptions(agg, at, backlogs, np.where(observed, rows, -1),
-                                             published, per_entries, now)
-        names = self.ages.names(rows)  # one str a topic across cycles, not one each
+        grouped, estimates, bounds, ordered, printed, _ = self._subscriptions(
+            agg, at, backlogs, np.where(observed, rows, -1), published, per_entries, now)
+        # one str a topic across cycles, not one each
+        names = [n or t for n, t in zip(self.ages.names(rows), topics, strict=True)]
+        views = {r: stats[t] for r, t in enumerate(names) if t in stats} if stats else {}
+        subs, self._measured = publish_times(
+            grouped, names, checked, estimates, bounds, ordered, printed, gauge, views,
+            admin_at, now, self._measured)
+        decided = np.flatnonzero(checked)
         system = not quotas.system_topics
-        # Whether the limits resolved here disagree with those a broker printed: the same
-        # for every topic of a namespace with the same printed limits, so asked once.
-        disagreeing: dict[tuple[int, float | None, float | None], bool] = {}
-        for topic, name, check, ns, age, avg, limit_size, limit_time, lo, hi in zip(
-                topics, names, checked, namespaces, ages, averages, sizes, times,
-                subs.starts[:-1], subs.starts[1:], strict=True):
-            if not check:
-                continue
-            topic = name or topic
-            # The broker prints -1 until its backlog-quota check has measured the age.
-            broker_age = age if age is not None and math.isfinite(age) and age >= 0 else None
-            states = self._topic_state(topic, subs, lo, hi, stats.get(topic), admin_at, now,
-                                       broker_age, measured, sub_ages)
-            # the broker's SystemTopic is never over a quota
-            resolver = unlimited if system and is_system_topic(topic) else limits
-            decision = check_against(topic, ns, states, avg, resolver(topic, ns), now)
-            decisions.append(decision)
-            if (resolved := decision.limits) is not None:
-                # by identity: its decision holds it, so no other object takes its id
-                key = (id(resolved), limit_size, limit_time)
-                if (differs := disagreeing.get(key)) is None:
-                    differs = disagreeing[key] = disagrees(resolved, limit_size, limit_time)
-                if differs:
-                    doubted.append(topic)
-            if decision.backlog_age_seconds is not None:
-                max_age[ns] = max(max_age.get(ns, 0.0), decision.backlog_age_seconds)
+        # the broker's SystemTopic is never over a quota
+        resolved = [(unlimited if system and is_system_topic(names[r]) else limits)(
+            names[r], namespaces[r]) for r in decided.tolist()]
+        decisions = check_topics(subs, decided, names, namespaces, resolved, averages,
+                                 checked, now)
+        columns = decisions.columns
+        max_age: dict[str, float] = {}
+        for ns, age in zip(columns.namespace, columns.age.tolist(), strict=True):
+            if age == age:  # not NaN: known
+                max_age[ns] = max(max_age.get(ns, 0.0), age)
         self.ages.retain(topics)
-        self._measured = measured  # only topics seen this cycle: bounded like the age tables
-        return tuple(decisions), max_age, frozenset(doubted)
+        return decisions, max_age, self._doubted(agg, decided, resolved, columns.topic)
+
+    @staticmethod
+    def _doubted(agg: Aggregates, decided: np.ndarray, resolved: list[ResolvedQuota],
+                 names: list[str]) -> frozenset[str]:
+        """The topics whose limits resolved here disagree with those their broker printed
+        (a topic-level policy set since it was last read): asked once a limits object and
+        printed pair, and only of limits taken from Pulsar's policies."""
+        pulsars = {id(q) for q in resolved
+                   if q.size.origin.startswith("pulsar:") or q.time.origin.startswith("pulsar:")}
+        if not pulsars:
+            return frozenset()
+        sizes = floats(agg.topics["backlog_quota_limit_bytes"], math.nan)[decided].tolist()
+        times = floats(agg.topics["backlog_quota_limit_seconds"], math.nan)[decided].tolist()
+        disagreeing: dict[tuple[int, float | None, float | None], bool] = {}
+        doubted = []
+        for k, q in enumerate(resolved):
+            if id(q) not in pulsars:
+                continue
+            # by identity: the decisions hold every limits object, so no id is reused
+            size = None if sizes[k] != sizes[k] else sizes[k]
+            time = None if times[k] != times[k] else times[k]
+            key = (id(q), size, time)
+            if (differs := disagreeing.get(key)) is None:
+                differs = disagreeing[key] = disagrees(q, size, time)
+            if differs:
+                doubted.append(names[k])
+        return frozenset(doubted)
 
     # --- resource groups ------------------------------------------------------------------
     def accept(self, report: UsageReport, now: float) -> AcceptOutcome:

@@ -264,7 +264,7 @@ class Exporter:
             self.tallies.count(acted)
             self._last_decisions = decisions
             self._last_success = now
-            forgotten = self.tallies.forget_unseen((d.topic for d in decisions.topics), now,
+            forgotten = self.tallies.forget_unseen(decisions.topics.columns.topic, now,
                                                    self.config.exposition.forget_after)
             if forgotten:
                 log.info("forgot the eviction counters of %d topic(s) unseen for %gs",

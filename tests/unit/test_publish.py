@@ -154,10 +154,11 @@ def test_max_topics_keeps_those_over_a_quota_then_the_oldest_largest_then_by_nam
     from dataclasses import replace
 
     from exporter.engine.backlog import LimitStatus
+    from exporter.engine.topicdecisions import TopicDecisions
     from exporter.exposition.build import _published
 
     base = _decisions().topics[0]
-    decisions = tuple(
+    decisions = TopicDecisions.of(
         replace(base, topic=name, size=LimitStatus.EXCEEDED if over else LimitStatus.WITHIN,
                 time=LimitStatus.WITHIN, backlog_age_seconds=age, backlog_bytes=size)
         for name, over, age, size in topics)

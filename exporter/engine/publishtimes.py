@@ -1,0 +1,166 @@
+"""Every subscription's oldest publish time in a cycle, over the pipeline's columns at once.
+
+Best source first: the subscription's own age where the broker has one (PIP-492, Pulsar
+>= 5.0: the admin REST's per subscription, else its /metrics gauge), the admin REST's
+topic-level `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's
+PIP-323 gauge, else our age table's estimate (none where it has none; a lower bound where
+the table says so). The gauge
+(`PersistentTopic.getBestEffortOldestUnacknowledgedMessageAgeSeconds`) is the slowest
+cursor's oldest position as of the last backlog-quota check, so it goes to the subscription
+with the largest backlog, and no estimate of another is older. A subscription measured by
+the broker in an earlier cycle and not now keeps that publish time while its backlog has not
+shrunk: the topic was loaded again (a bundle moved, a broker restarted) and its owner has not
+run its backlog-quota check yet, while its counters restarted at 0 and reset our age table.
+
+Each rule is a masked assignment over every subscription, from the weakest source to the
+best; only the subscriptions with an admin REST view or an earlier measure are visited one
+by one. A subscription's `SubscriptionBacklog` is made only when a decision that holds it
+is (engine/topicdecisions.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from exporter.engine.backlog import SubscriptionBacklog, TimeSource
+from exporter.sources.model import TopicStats
+
+# A subscription's time source, as a code: the index into SOURCES.
+SOURCES = (TimeSource.ESTIMATED, TimeSource.LOWER_BOUND, TimeSource.BROKER,
+           TimeSource.PRECISE)
+ESTIMATED, LOWER_BOUND, BROKER, PRECISE = range(len(SOURCES))
+
+Measures = dict[tuple[str, str], tuple[float, int]]  # (topic, subscription) → time, backlog
+
+
+@dataclass(frozen=True)
+class Subscriptions:
+    """A cycle's subscriptions grouped by topic row: row r's are items `starts[r]` to
+    `starts[r + 1]`, in the order the broker printed them. The arrays serve the checks over
+    every topic; the lists, each value as the decisions hold it."""
+
+    starts: np.ndarray  # int64, one more than the topic rows
+    row: np.ndarray  # each one's topic row (-1: of no topic; those come first)
+    names: list[str]
+    name_rank: np.ndarray  # int64: where each name sorts among them (as Python's str does)
+    messages: np.ndarray  # int64: the backlog, truncated as `int()` does
+    publish: np.ndarray  # float64 epoch seconds, NaN: unknown
+    source: np.ndarray  # int8, codes into SOURCES
+    sizes: Mapping[int, int] = field(default_factory=dict)  # the admin REST's backlog bytes
+
+    def backlogs(self, lo: int, hi: int) -> tuple[SubscriptionBacklog, ...]:
+        """Items `lo` to `hi` as the check reads them."""
+        names, sizes = self.names, self.sizes
+        out = []
+        for j, messages, publish, source in zip(
+                range(lo, hi), self.messages[lo:hi].tolist(), self.publish[lo:hi].tolist(),
+                self.source[lo:hi].tolist(), strict=True):
+            size = sizes.get(j) if sizes else None
+            out.append(SubscriptionBacklog(names[j], messages, size) if messages <= 0 else
+                       SubscriptionBacklog(names[j], messages, size,
+                                           None if publish != publish else publish,
+                                           SOURCES[source]))
+        return tuple(out)
+
+
+def first_per_row(rows: np.ndarray, among: np.ndarray, keys: Sequence[np.ndarray],
+                  width: int) -> np.ndarray:
+    """Per row 0 to `width` - 1, the item of `among` (indices) least by `keys`, the first
+    of those that tie (-1 where the row has none): a topic's subscription that sorts
+    first."""
+    best = np.full(width, -1, np.int64)
+    if among.size:
+        order = among[np.lexsort((*(k[among] for k in reversed(keys)), rows[among]))]
+        r = rows[order]
+        firsts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        best[r[firsts]] = order[firsts]
+    return best
+
+
+def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.ndarray,
+                  estimates: np.ndarray, bounds: np.ndarray, backlogs: np.ndarray,
+                  printed: np.ndarray, gauge: np.ndarray, stats: Mapping[int, TopicStats],
+                  admin_at: float, now: float, before: Measures,
+                  ) -> tuple[Subscriptions, Measures]:
+    """`grouped` with every subscription's publish time, source and admin bytes, and this
+    cycle's measures. Per subscription, in `grouped`'s order: `estimates` (the age tables',
+    NaN: none), `bounds` (whether each is a lower bound), `backlogs` as printed, `printed`
+    its own age on /metrics (PIP-492; < 0 or NaN: none). Per topic row: `topics` (names),
+    `checked`, `gauge` (PIP-323's age, NaN: none), `stats` (the admin REST's views).
+    `before`: the last cycle's measures."""
+    row, names, starts = grouped.row, grouped.names, grouped.starts
+    ours = (row >= 0) & checked[np.maximum(row, 0)]
+    width = len(topics)
+    publish = np.where(np.isnan(estimates), np.nan, now - estimates)
+    source = np.where(np.isnan(estimates) | ~bounds, ESTIMATED, LOWER_BOUND).astype(np.int8)
+    # The admin REST's topic-level oldest (precise) takes the gauge's place.
+    precise = {r: (view.oldest_backlog_message_subscription,
+                   admin_at - view.oldest_backlog_message_age_seconds)
+               for r, view in stats.items()
+               if view.oldest_backlog_message_age_seconds is not None
+               and view.oldest_backlog_message_subscription is not None}
+    gauged = ~np.isnan(gauge)
+    gauged[list(precise)] = False
+    # The gauge goes to the largest backlog (then the first name); no estimate is older.
+    slowest = first_per_row(row, np.flatnonzero(ours & (backlogs > 0) & gauged[row]),
+                            (-backlogs, grouped.name_rank), width)
+    has = slowest >= 0
+    under = ~np.isnan(publish) & ours & has[row]
+    publish[under] = np.maximum(publish[under], now - gauge[row[under]])
+    source[under] = ESTIMATED
+    publish[slowest[has]], source[slowest[has]] = now - gauge[has], BROKER
+    for r, (name, at) in precise.items():
+        for j in range(starts[r], starts[r + 1]):
+            if names[j] == name:
+                publish[j], source[j] = at, PRECISE
+    own = ours & np.isfinite(printed) & (printed >= 0)
+    publish[own], source[own] = now - printed[own], BROKER
+    sizes = _admin_subscriptions(starts, names, stats, admin_at, publish, source)
+    backlogged = ours & (grouped.messages > 0)
+    publish[~backlogged], source[~backlogged] = np.nan, ESTIMATED
+    measured = backlogged & (source >= BROKER)
+    measures = {(topics[r], names[j]): (t, m) for r, j, t, m in zip(
+        row[measured].tolist(), np.flatnonzero(measured).tolist(),
+        publish[measured].tolist(), grouped.messages[measured].tolist(), strict=True)}
+    done = replace(grouped, publish=publish, source=source, sizes=sizes)
+    if before:
+        _carry(done, topics, np.flatnonzero(backlogged & ~measured), before, measures)
+    return done, measures
+
+
+def _admin_subscriptions(starts: np.ndarray, names: Sequence[str],
+                         stats: Mapping[int, TopicStats], admin_at: float,
+                         publish: np.ndarray, source: np.ndarray) -> dict[int, int]:
+    """The admin REST's per-subscription views: each one's own oldest message's age
+    (PIP-492), the best source there is, into `publish` and `source`; returns their
+    backlog bytes, by subscription."""
+    sizes: dict[int, int] = {}
+    for r, view in stats.items():
+        by_name = {s.name: s for s in view.subscriptions}
+        for j in range(starts[r], starts[r + 1]):
+            if (sub := by_name.get(names[j])) is None:
+                continue
+            if sub.backlog_size is not None:
+                sizes[j] = sub.backlog_size
+            if sub.oldest_backlog_message_age_seconds is not None:
+                publish[j] = admin_at - sub.oldest_backlog_message_age_seconds
+                source[j] = PRECISE
+    return sizes
+
+
+def _carry(subs: Subscriptions, topics: Sequence[str], unmeasured: np.ndarray,
+           before: Measures, measures: Measures) -> None:
+    """A subscription measured before and not now keeps that time while its backlog has
+    not shrunk, and the measure goes on (as long as it holds)."""
+    publish, source, names, row = subs.publish, subs.source, subs.names, subs.row
+    for j in unmeasured.tolist():
+        key = (topics[row[j]], names[j])
+        if (last := before.get(key)) is None:
+            continue
+        t = publish[j]
+        if subs.messages[j] >= last[1] and (t != t or t > last[0]):
+            publish[j], source[j] = last[0], ESTIMATED
+            measures[key] = last

@@ -1,0 +1,204 @@
+"""Every topic's backlog check in a cycle as columns; a topic's `TopicDecision` when asked.
+
+At a million topics, the decisions as objects (a frozen `TopicDecision` a topic and a
+`SubscriptionBacklog` a subscription) were a third of the decide's 10 s and most of what the
+driver held between cycles, while a cycle reads few of them: those that act (the plan),
+and those published when `filters.max_topics` caps the topics or `exposition.topic_level`
+is off. So the check runs over columns for every topic (which subscription holds the oldest
+message, each limit's status), and `check_against` (engine/backlog.py, the one statement of
+the check's rules) makes a topic's decision when it is read: at once for those over a
+quota, which act, or too close to a size limit for a float to tell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import overload
+
+import numpy as np
+
+from exporter.config.model import RetentionPolicy
+from exporter.engine.backlog import MEASURED, LimitStatus, TopicDecision, check_against
+from exporter.engine.publishtimes import BROKER, Subscriptions, first_per_row
+from exporter.engine.quotas import ResolvedQuota
+
+# A limit's status as a code: the index into STATUSES.
+STATUSES = (LimitStatus.NO_LIMIT, LimitStatus.WITHIN, LimitStatus.EXCEEDED, LimitStatus.UNKNOWN)
+NO_LIMIT, WITHIN, EXCEEDED, UNKNOWN = range(len(STATUSES))
+_CODE = {status: code for code, status in enumerate(STATUSES)}
+# Closer to a size limit than this share of it, a float product may round across it: the
+# check's exact integers decide (engine/backlog.py `_bytes`).
+_CLOSE = 2.0 ** -40
+
+
+@dataclass(frozen=True)
+class TopicColumns:
+    """What the cycle reads of every topic's decision, one item a decision."""
+
+    topic: list[str]
+    namespace: list[str]
+    over: np.ndarray  # bool: a limit exceeded
+    age: np.ndarray  # float64: the topic backlog's age, NaN: unknown
+    backlog_bytes: np.ndarray  # float64, NaN: unknown
+    time: np.ndarray  # int8: the time limit's status, a code into STATUSES
+    messages: np.ndarray  # int64: the holder's backlog, 0 without one
+    measured: np.ndarray  # bool: its publish time is the broker's own (MEASURED)
+    evicts: np.ndarray  # bool: either limit's policy evicts
+
+
+class TopicDecisions(Sequence[TopicDecision]):
+    """A cycle's decisions in topic order; `columns` for every topic, a `TopicDecision`
+    made when one is read (and kept only for those that act)."""
+
+    __slots__ = ("_kept", "_make", "columns")
+
+    def __init__(self, columns: TopicColumns, make: Callable[[int], TopicDecision],
+                 kept: dict[int, TopicDecision]) -> None:
+        self.columns, self._make, self._kept = columns, make, kept
+
+    @classmethod
+    def of(cls, decisions: Sequence[TopicDecision]) -> TopicDecisions:
+        """Decisions already made (tests, a recorded cycle) with their columns."""
+        decisions = tuple(decisions)
+        return cls(_columns_of(decisions), decisions.__getitem__,
+                   {k: d for k, d in enumerate(decisions) if d.exceeded})
+
+    def __len__(self) -> int:
+        return len(self.columns.topic)
+
+    @overload
+    def __getitem__(self, k: int) -> TopicDecision: ...
+    @overload
+    def __getitem__(self, k: slice) -> Sequence[TopicDecision]: ...
+
+    def __getitem__(self, k: int | slice) -> TopicDecision | Sequence[TopicDecision]:
+        if isinstance(k, slice):
+            return tuple(self[i] for i in range(*k.indices(len(self))))
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        kept = self._kept.get(k)
+        return kept if kept is not None else self._make(k)
+
+    def __iter__(self) -> Iterator[TopicDecision]:
+        kept, make = self._kept, self._make
+        for k in range(len(self)):
+            d = kept.get(k)
+            yield d if d is not None else make(k)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal by content, as a list is
+
+    def over(self) -> list[TopicDecision]:
+        """The decisions with a limit exceeded: the only ones with an eviction plan."""
+        return [self._kept[k] for k in sorted(self._kept)]
+
+    def __repr__(self) -> str:
+        return f"TopicDecisions({len(self)} topics, {len(self.over())} over a quota)"
+
+
+def check_topics(subs: Subscriptions, decided: np.ndarray, topics: Sequence[str],
+                 namespaces: Sequence[str], limits: Sequence[ResolvedQuota],
+                 averages: Sequence[float | None], checked: np.ndarray, now: float,
+                 ) -> TopicDecisions:
+    """The check of each topic row in `decided` (`limits`: each one's, in that order) over
+    `subs` (publishtimes.py). `topics`, `namespaces`, `averages` (bytes per message, None:
+    unknown) and `checked` are per topic row."""
+    width = len(topics)
+    row, messages, publish = subs.row, subs.messages, subs.publish
+    unknown = np.isnan(publish)
+    backlogged = np.flatnonzero((row >= 0) & (messages > 0) & checked[np.maximum(row, 0)])
+    # _oldest_first: known times first, oldest first; then the largest backlog; then names
+    holder = first_per_row(row, backlogged, (unknown, np.where(unknown, 0.0, publish),
+                                             -messages, subs.name_rank), width)[decided]
+    has = holder >= 0
+    # where none, the item after the last (there may be no subscription at all)
+    oldest = np.append(publish, np.nan)[holder]
+    held = np.append(messages, 0)[holder]
+    average = np.array(averages, np.float64)[decided]  # None: NaN
+    reported = np.full(decided.size, np.nan)
+    if subs.sizes:
+        for k in np.flatnonzero(has).tolist():
+            if (given := subs.sizes.get(int(holder[k]))) is not None:
+                reported[k] = given
+    usable = np.isfinite(average) & (average >= 0)
+    with np.errstate(invalid="ignore"):
+        estimated = np.where(usable, held * average, np.nan)
+    backlog_bytes = np.where(has, np.where(np.isnan(reported), estimated, reported), 0.0)
+    size_limit, time_limit, evicts = _limits(limits)
+    with np.errstate(invalid="ignore"):
+        size = np.select([np.isnan(size_limit), ~has, np.isnan(backlog_bytes),
+                          backlog_bytes > size_limit], [NO_LIMIT, WITHIN, UNKNOWN, EXCEEDED],
+                         WITHIN).astype(np.int8)
+        time = np.select([np.isnan(time_limit), ~has, np.isnan(oldest),
+                          oldest < now - time_limit], [NO_LIMIT, WITHIN, UNKNOWN, EXCEEDED],
+                         WITHIN).astype(np.int8)
+        close = (size != NO_LIMIT) & (size != UNKNOWN) & has \
+            & (np.abs(backlog_bytes - size_limit) <= size_limit * _CLOSE)
+    names = [topics[r] for r in decided.tolist()]
+    spaces = [namespaces[r] for r in decided.tolist()]
+    starts = subs.starts
+
+    def make(k: int) -> TopicDecision:
+        r = int(decided[k])
+        return check_against(names[k], spaces[k], subs.backlogs(starts[r], starts[r + 1]),
+                             averages[r], limits[k], now)
+
+    over = (size == EXCEEDED) | (time == EXCEEDED)
+    kept = {}
+    for k in np.flatnonzero(over | close).tolist():
+        d = kept[k] = make(k)
+        size[k], time[k] = _CODE[d.size], _CODE[d.time]
+    over = (size == EXCEEDED) | (time == EXCEEDED)
+    for k in [k for k, d in kept.items() if not d.exceeded]:
+        del kept[k]  # close to its limit, within it: read again when asked, as the others
+    with np.errstate(invalid="ignore"):
+        age = np.where(has, np.maximum(0.0, now - oldest), 0.0)
+    measured = has & (np.append(subs.source, 0)[holder] >= BROKER)  # with a time, always
+    return TopicDecisions(TopicColumns(names, spaces, over, age, backlog_bytes, time, held,
+                                       measured, evicts), make, kept)
+
+
+def _limits(limits: Sequence[ResolvedQuota]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each topic's size and time limit (NaN: none) and whether either policy evicts,
+    worked out once a limits object: a Resolver hands one to every topic of a namespace."""
+    evict = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
+    seen: dict[int, tuple[float, float, bool]] = {}
+    for limit in limits:
+        if id(limit) not in seen:
+            quota = limit.quota
+            seen[id(limit)] = (math.nan if quota.limit_size is None else quota.limit_size,
+                               math.nan if quota.limit_time is None else quota.limit_time,
+                               evict in (limit.size.policy, limit.time.policy))
+    values = [seen[id(limit)] for limit in limits]
+    if not values:
+        return np.zeros(0), np.zeros(0), np.zeros(0, bool)
+    size, time, evicts = zip(*values, strict=True)
+    return np.array(size, np.float64), np.array(time, np.float64), np.array(evicts, bool)
+
+
+def _columns_of(decisions: Sequence[TopicDecision]) -> TopicColumns:
+    """The columns of decisions already made."""
+    evict = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
+
+    def nan(v: float | None) -> float:
+        return math.nan if v is None else v
+
+    return TopicColumns(
+        [d.topic for d in decisions], [d.namespace for d in decisions],
+        np.array([bool(d.exceeded) for d in decisions], bool),
+        np.array([nan(d.backlog_age_seconds) for d in decisions], np.float64),
+        np.array([nan(d.backlog_bytes) for d in decisions], np.float64),
+        np.array([_CODE[d.time] for d in decisions], np.int8),
+        np.array([d.backlog_messages for d in decisions], np.int64),
+        np.array([d.time_source in MEASURED for d in decisions], bool),
+        np.array([(d.quota.policy is evict) if d.limits is None else
+                  evict in (d.limits.size.policy, d.limits.time.policy)
+                  for d in decisions], bool))
