@@ -1,10 +1,11 @@
 """From the pipeline's per-entity tables to the engine's decisions, once per cycle.
 
 This is the seam between the columnar world (pyarrow tables out of Spark) and the engine's
-frozen dataclasses. It owns the state kept between cycles: the backlog-age tables and the
-resource-group usage counters, both keyed by entity and pruned of entities that vanished,
-and the load verdicts' `LoadState` (ThresholdShedder's history and the bundles seen moving,
-both keyed by broker or bundle and pruned the same way).
+frozen dataclasses: the backlog check runs over columns and makes a topic's decision when
+it is read (topicdecisions.py). It owns the state kept between cycles, all keyed by entity
+and pruned of entities that vanished: the backlog-age tables, the publish times the brokers
+measured (publishtimes.py), the resource-group usage counters, and the load verdicts'
+`LoadState` (ThresholdShedder's history and the bundles seen moving).
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ class Decider:
     # --- backlog --------------------------------------------------------------------------
     def _subscriptions(self, agg: Aggregates, at: np.ndarray, backlogs: np.ndarray,
                        rows: np.ndarray, published: np.ndarray, per_entries: np.ndarray,
-                       now: float) -> tuple[Subscriptions, np.ndarray, np.ndarray, np.ndarray,
-                                            np.ndarray, np.ndarray]:
+                       now: float,
+                       ) -> tuple[Subscriptions, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every subscription grouped by topic row (`at`: each one's, -1 where none;
         `rows`: each topic's age table, -1 where none or not observed now), with, in that
         order, the age tables' estimate of its age and whether it is a lower bound, its
@@ -129,7 +130,7 @@ class Decider:
             np.zeros(len(order), np.int64),
             np.clip(messages, -2.0**62, 2.0**62).astype(np.int64),
             np.full(len(order), np.nan), np.zeros(len(order), np.int8))
-        return grouped, estimated[order], lower[order], ordered, printed[order], order
+        return grouped, estimated[order], lower[order], ordered, printed[order]
 
     def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
                  ) -> tuple[TopicDecisions, dict[str, float], frozenset[str]]:
@@ -158,7 +159,7 @@ class Decider:
         # Every table first, the tables over their bound thinned together (agetable.py).
         observed = counted & checked
         rows = self.ages.observe_all(topics, published, observed, now)
-        grouped, estimates, bounds, ordered, printed, _ = self._subscriptions(
+        grouped, estimates, bounds, ordered, printed = self._subscriptions(
             agg, at, backlogs, np.where(observed, rows, -1), published, per_entries, now)
         # one str a topic across cycles, not one each
         names = [n or t for n, t in zip(self.ages.names(rows), topics, strict=True)]
@@ -187,7 +188,7 @@ class Decider:
         """The topics whose limits resolved here disagree with those their broker printed
         (a topic-level policy set since it was last read): asked once a limits object and
         printed pair, and only of limits taken from Pulsar's policies."""
-        pulsars = {id(q) for q in resolved
+        pulsars = {key for key, q in {id(q): q for q in resolved}.items()
                    if q.size.origin.startswith("pulsar:") or q.time.origin.startswith("pulsar:")}
         if not pulsars:
             return frozenset()
