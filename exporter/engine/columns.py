@@ -25,13 +25,24 @@ def shared(column: pa.ChunkedArray) -> list[str | None]:
     distinct: dict[str, str] = {}
     values: list[str | None] = []
     for chunk in column.chunks:
-        encoded = pc.dictionary_encode(chunk)
-        words: list[str | None] = [distinct.setdefault(w, w)
-                                   for w in encoded.dictionary.to_pylist()]
-        words.append(None)  # where the value is null
-        indices = encoded.indices.fill_null(len(words) - 1).to_numpy(zero_copy_only=False)
-        values += np.array(words, dtype=object)[indices].tolist()
+        values += _words(pc.dictionary_encode(chunk), distinct)
     return values
+
+
+def ranked(array: pa.Array) -> tuple[list[str | None], np.ndarray]:
+    """`shared`'s values of one array, and where each sorts among them (int64; as Python
+    orders str: UTF-8's byte order is that of code points), from one dictionary encoding."""
+    encoded = pc.dictionary_encode(array)
+    rank = np.append(np.asarray(pc.rank(encoded.dictionary, "ascending"), np.int64), 0)
+    indices = encoded.indices.fill_null(len(rank) - 1).to_numpy(zero_copy_only=False)
+    return _words(encoded, {}), rank[indices]
+
+
+def _words(encoded: pa.DictionaryArray, distinct: dict[str, str]) -> list[str | None]:
+    words: list[str | None] = [distinct.setdefault(w, w) for w in encoded.dictionary.to_pylist()]
+    words.append(None)  # where the value is null
+    indices = encoded.indices.fill_null(len(words) - 1).to_numpy(zero_copy_only=False)
+    return np.array(words, dtype=object)[indices].tolist()
 
 
 def counts(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:

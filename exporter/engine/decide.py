@@ -17,13 +17,11 @@ from dataclasses import dataclass, field, replace
 from typing import cast
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
 from exporter.engine.agetable import AgeTables
 from exporter.engine.attention import disagrees
-from exporter.engine.columns import counts, floats, positions, rows_of, shared
+from exporter.engine.columns import counts, floats, positions, ranked, rows_of
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.publishtimes import Measures, Subscriptions, publish_times
@@ -118,16 +116,11 @@ class Decider:
         printed = floats(subscriptions["backlog_age_seconds"], math.nan)
         ordered = backlogs[order]
         messages = np.trunc(np.nan_to_num(ordered, nan=0.0, posinf=2.0**62, neginf=-2.0**62))
-        names = subscriptions["subscription"].take(order).combine_chunks()
-        # Where each name sorts: UTF-8's byte order is that of code points, as str's.
-        encoded = pc.dictionary_encode(names)
-        rank = np.asarray(pc.rank(encoded.dictionary, "ascending"), np.int64)
+        # a subscription's name is its key: never null
+        names, rank = ranked(subscriptions["subscription"].take(order).combine_chunks())
         grouped = Subscriptions(
             np.searchsorted(at[order], np.arange(len(rows))), at[order],
-            # a subscription's name is its key: never null
-            cast(list[str], shared(pa.chunked_array([names]))),
-            rank[np.asarray(encoded.indices.fill_null(0), np.int64)] if len(rank) else
-            np.zeros(len(order), np.int64),
+            cast(list[str], names), rank,
             np.clip(messages, -2.0**62, 2.0**62).astype(np.int64),
             np.full(len(order), np.nan), np.zeros(len(order), np.int8))
         return grouped, estimated[order], lower[order], ordered, printed[order]

@@ -23,8 +23,8 @@ def slowest_backlogs(at: np.ndarray, backlogs: np.ndarray, topics: int) -> np.nd
 
 
 def message_sizes(topics: pa.Table, slowest: np.ndarray, published: np.ndarray,
-                  ) -> tuple[list[float | None], np.ndarray]:
-    """Per topic row: bytes per message (None where unknown) and messages per backlog entry.
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per topic row: bytes per message (NaN where unknown) and messages per backlog entry.
 
     Bytes per message: the topic's counters', else its slowest subscription's backlog bytes
     (`pulsar_storage_backlog_size`) over its backlog. A broker that loads a topic again
@@ -51,4 +51,4 @@ def message_sizes(topics: pa.Table, slowest: np.ndarray, published: np.ndarray,
         per_entry = backlog_bytes / average / slowest
     per_entry = np.where(np.isfinite(per_entry) & (per_entry > 1.0) & (slowest > 0)
                          & (backlog_bytes != 0), per_entry, 1.0)
-    return [None if a != a else a for a in average.tolist()], per_entry  # NaN: unknown
+    return average, per_entry

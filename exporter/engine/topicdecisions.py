@@ -106,10 +106,9 @@ class TopicDecisions(Sequence[TopicDecision]):
 
 def check_topics(subs: Subscriptions, decided: np.ndarray, topics: Sequence[str],
                  namespaces: Sequence[str], limits: Sequence[ResolvedQuota],
-                 averages: Sequence[float | None], checked: np.ndarray, now: float,
-                 ) -> TopicDecisions:
+                 averages: np.ndarray, checked: np.ndarray, now: float) -> TopicDecisions:
     """The check of each topic row in `decided` (`limits`: each one's, in that order) over
-    `subs` (publishtimes.py). `topics`, `namespaces`, `averages` (bytes per message, None:
+    `subs` (publishtimes.py). `topics`, `namespaces`, `averages` (bytes per message, NaN:
     unknown) and `checked` are per topic row."""
     width = len(topics)
     row, messages, publish = subs.row, subs.messages, subs.publish
@@ -122,7 +121,7 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: Sequence[str]
     # where none, the item after the last (there may be no subscription at all)
     oldest = np.append(publish, np.nan)[holder]
     held = np.append(messages, 0)[holder]
-    average = np.array(averages, np.float64)[decided]  # None: NaN
+    average = averages[decided]
     reported = np.full(decided.size, np.nan)
     if subs.sizes:
         for k in np.flatnonzero(has).tolist():
@@ -147,9 +146,9 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: Sequence[str]
     starts = subs.starts
 
     def make(k: int) -> TopicDecision:
-        r = int(decided[k])
+        r, a = int(decided[k]), float(average[k])
         return check_against(names[k], spaces[k], subs.backlogs(starts[r], starts[r + 1]),
-                             averages[r], limits[k], now)
+                             None if a != a else a, limits[k], now)
 
     over = (size == EXCEEDED) | (time == EXCEEDED)
     kept = {}

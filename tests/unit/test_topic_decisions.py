@@ -124,7 +124,8 @@ class _Rules:
             states = self._topic(topic, [(names[j], float(backlogs[j]), float(estimates[j]),
                                           bool(lower[j]), printed[j]) for j in mine],
                                  stats.get(topic), admin.fetched_at, now, gauge, measured)
-            decisions.append(check_against(topic, namespaces[r], states, averages[r],
+            average = None if math.isnan(averages[r]) else float(averages[r])
+            decisions.append(check_against(topic, namespaces[r], states, average,
                                            resolver(topic, namespaces[r]), now))
         self.ages.retain(topics)
         self.measured = measured
