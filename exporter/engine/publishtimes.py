@@ -13,9 +13,10 @@ shrunk: the topic was loaded again (a bundle moved, a broker restarted) and its 
 run its backlog-quota check yet, while its counters restarted at 0 and reset our age table.
 
 Each rule is a masked assignment over every subscription, from the weakest source to the
-best; only the subscriptions with an admin REST view or an earlier measure are visited one
-by one. A subscription's `SubscriptionBacklog` is made only when a decision that holds it
-is (engine/topicdecisions.py).
+best. Visited one by one: the subscriptions of topics with an admin REST view, and, while
+the last cycle measured any, those not measured now (a dict lookup each). A subscription's
+`SubscriptionBacklog` is made only when a decision that holds it is
+(engine/topicdecisions.py).
 """
 
 from __future__ import annotations
