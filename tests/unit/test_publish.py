@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from exporter.catalogue import ENFORCERS
 from exporter.config.model import RetentionPolicy
-from exporter.exposition.build import enforcer
+from exporter.exposition.build_topics import enforcer
 
 HOLD, EXC, EVICT = (RetentionPolicy.PRODUCER_REQUEST_HOLD, RetentionPolicy.PRODUCER_EXCEPTION,
                     RetentionPolicy.CONSUMER_BACKLOG_EVICTION)
@@ -155,7 +155,7 @@ def test_max_topics_keeps_those_over_a_quota_then_the_oldest_largest_then_by_nam
 
     from exporter.engine.backlog import LimitStatus
     from exporter.engine.topicdecisions import TopicDecisions
-    from exporter.exposition.build import _published
+    from exporter.exposition.build_topics import _published
 
     base = _decisions().topics[0]
     decisions = TopicDecisions.of(
