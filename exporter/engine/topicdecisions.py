@@ -169,18 +169,15 @@ def _limits(limits: Sequence[ResolvedQuota]) -> tuple[np.ndarray, np.ndarray, np
     """Each topic's size and time limit (NaN: none) and whether either policy evicts,
     worked out once a limits object: a Resolver hands one to every topic of a namespace."""
     evict = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
-    seen: dict[int, tuple[float, float, bool]] = {}
-    for limit in limits:
-        if id(limit) not in seen:
-            quota = limit.quota
-            seen[id(limit)] = (math.nan if quota.limit_size is None else quota.limit_size,
-                               math.nan if quota.limit_time is None else quota.limit_time,
-                               evict in (limit.size.policy, limit.time.policy))
-    values = [seen[id(limit)] for limit in limits]
-    if not values:
-        return np.zeros(0), np.zeros(0), np.zeros(0, bool)
-    size, time, evicts = zip(*values, strict=True)
-    return np.array(size, np.float64), np.array(time, np.float64), np.array(evicts, bool)
+    unique = list({id(q): q for q in limits}.values())
+    at = {id(q): i for i, q in enumerate(unique)}
+    which = np.fromiter(map(at.__getitem__, map(id, limits)), np.int64, len(limits))
+    size = np.array([math.nan if q.quota.limit_size is None else q.quota.limit_size
+                     for q in unique], np.float64)
+    time = np.array([math.nan if q.quota.limit_time is None else q.quota.limit_time
+                     for q in unique], np.float64)
+    evicts = np.array([evict in (q.size.policy, q.time.policy) for q in unique], bool)
+    return size[which], time[which], evicts[which]
 
 
 def _columns_of(decisions: Sequence[TopicDecision]) -> TopicColumns:
