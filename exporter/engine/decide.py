@@ -115,13 +115,13 @@ class Decider:
         order = np.argsort(at, kind="stable")  # by topic row; those of no topic first
         printed = floats(subscriptions["backlog_age_seconds"], math.nan)
         ordered = backlogs[order]
-        messages = np.trunc(np.nan_to_num(ordered, nan=0.0, posinf=2.0**62, neginf=-2.0**62))
         # a subscription's name is its key: never null
         names, rank = ranked(subscriptions["subscription"].take(order).combine_chunks())
         grouped = Subscriptions(
             np.searchsorted(at[order], np.arange(len(rows))), at[order],
             cast(list[str], names), rank,
-            np.clip(messages, -2.0**62, 2.0**62).astype(np.int64),
+            # int(backlog), a NaN none, clipped to what an int64 holds
+            np.clip(np.trunc(np.nan_to_num(ordered)), -2.0**62, 2.0**62).astype(np.int64),
             np.full(len(order), np.nan), np.zeros(len(order), np.int8))
         return grouped, estimated[order], lower[order], ordered, printed[order]
 

@@ -31,6 +31,7 @@ _CODE = {status: code for code, status in enumerate(STATUSES)}
 # Closer to a size limit than this share of it, a float product may round across it: the
 # check's exact integers decide (engine/backlog.py `_bytes`).
 _CLOSE = 2.0 ** -40
+_EVICT = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: Sequence[str]
     with np.errstate(invalid="ignore"):
         estimated = np.where(usable, held * average, np.nan)
     backlog_bytes = np.where(has, np.where(np.isnan(reported), estimated, reported), 0.0)
-    size_limit, time_limit, evicts = _limits(limits)
+    size_limit, time_limit, evicting = _limits(limits)
     with np.errstate(invalid="ignore"):
         size = np.select([np.isnan(size_limit), ~has, np.isnan(backlog_bytes),
                           backlog_bytes > size_limit], [NO_LIMIT, WITHIN, UNKNOWN, EXCEEDED],
@@ -162,13 +163,21 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: Sequence[str]
         age = np.where(has, np.maximum(0.0, now - oldest), 0.0)
     measured = has & (np.append(subs.source, 0)[holder] >= BROKER)  # with a time, always
     return TopicDecisions(TopicColumns(names, spaces, over, age, backlog_bytes, time, held,
-                                       measured, evicts), make, kept)
+                                       measured, evicting), make, kept)
+
+
+def evicts(d: TopicDecision) -> bool:
+    """Either quota type's policy evicts (each type has its own in Pulsar)."""
+    return d.quota.policy is _EVICT if d.limits is None else _evicting(d.limits)
+
+
+def _evicting(limits: ResolvedQuota) -> bool:
+    return _EVICT in (limits.size.policy, limits.time.policy)
 
 
 def _limits(limits: Sequence[ResolvedQuota]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each topic's size and time limit (NaN: none) and whether either policy evicts,
     worked out once a limits object: a Resolver hands one to every topic of a namespace."""
-    evict = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
     unique = list({id(q): q for q in limits}.values())
     at = {id(q): i for i, q in enumerate(unique)}
     which = np.fromiter(map(at.__getitem__, map(id, limits)), np.int64, len(limits))
@@ -176,13 +185,12 @@ def _limits(limits: Sequence[ResolvedQuota]) -> tuple[np.ndarray, np.ndarray, np
                      for q in unique], np.float64)
     time = np.array([math.nan if q.quota.limit_time is None else q.quota.limit_time
                      for q in unique], np.float64)
-    evicts = np.array([evict in (q.size.policy, q.time.policy) for q in unique], bool)
-    return size[which], time[which], evicts[which]
+    evicting = np.array([_evicting(q) for q in unique], bool)
+    return size[which], time[which], evicting[which]
 
 
 def _columns_of(decisions: Sequence[TopicDecision]) -> TopicColumns:
     """The columns of decisions already made."""
-    evict = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
 
     def nan(v: float | None) -> float:
         return math.nan if v is None else v
@@ -195,6 +203,4 @@ def _columns_of(decisions: Sequence[TopicDecision]) -> TopicColumns:
         np.array([_CODE[d.time] for d in decisions], np.int8),
         np.array([d.backlog_messages for d in decisions], np.int64),
         np.array([d.time_source in MEASURED for d in decisions], bool),
-        np.array([(d.quota.policy is evict) if d.limits is None else
-                  evict in (d.limits.size.policy, d.limits.time.policy)
-                  for d in decisions], bool))
+        np.array([evicts(d) for d in decisions], bool))

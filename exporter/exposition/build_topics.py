@@ -18,7 +18,7 @@ import numpy as np
 from exporter.catalogue import QUOTA_TYPES
 from exporter.config.model import RetentionPolicy
 from exporter.engine.backlog import MEASURED, LimitStatus, QuotaType, TopicDecision
-from exporter.engine.topicdecisions import TopicColumns, TopicDecisions
+from exporter.engine.topicdecisions import TopicColumns, TopicDecisions, evicts
 from exporter.exposition.metricset import MetricSetBuilder
 
 
@@ -29,21 +29,13 @@ def add_topics(b: MetricSetBuilder, cluster: str, topics: TopicDecisions, topic_
     if topic_level:  # else rendered without: at 1M topics 8 s of series unread
         published = _published(topics, max_topics)
         _add_topics(b, cluster, published, enforce, subscriptions_at)
-        _seed_evictions(b, cluster, ((d.namespace, d.topic) for d in published if _evicts(d)))
+        _seed_evictions(b, cluster, ((d.namespace, d.topic) for d in published if evicts(d)))
     else:  # summed per namespace: every namespace's, whichever topics max_topics keeps
         _seed_evictions(b, cluster, _first_evicting(topics.columns))
 
 
 def finite(v: float | None) -> TypeGuard[float]:
     return v is not None and math.isfinite(v)
-
-
-def _evicts(d: TopicDecision) -> bool:
-    """Either quota type's policy evicts (each type has its own in Pulsar)."""
-    evict = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
-    if d.limits is None:
-        return d.quota.policy is evict
-    return evict in (d.limits.size.policy, d.limits.time.policy)
 
 
 def enforcer(origin: str, policy: RetentionPolicy, enforce: bool) -> str:
