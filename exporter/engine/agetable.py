@@ -32,31 +32,34 @@ Rules, all documented here because the exported series depends on them:
   time the least *relative to that point's age* are dropped (never the oldest or newest
   point, never two neighbours in one pass). Recent history stays dense, old history gets
   sparse, the left end of an idle stretch (a large time error if dropped) survives, and
-  the table spans the whole history since its (re-)base. A sliding window that drops the
-  oldest point instead would turn every backlog older than `max_points` check intervals
-  into a lower bound (60 points × 60 s would cap ages near one hour, a common time limit).
-  Cost: one O(n log n) pass per n/4 inserts. Tables begun together fill together, so the
-  check observes every topic in one call (`observe_all`), and the tables it takes over
-  the bound are thinned side by side in numpy: ~4 µs a table where a loop over each
-  one's points took 44 (`tests.bench.pipeline --ages`).
+  the table spans the whole history since its (re-)base (up to 2^32 − 1 messages, below).
+  A sliding window that drops the oldest point instead would turn every backlog older
+  than `max_points` check intervals into a lower bound (60 points × 60 s would cap ages
+  near one hour, a common time limit). Tables begun together fill together, so the tables
+  a cycle takes over the bound are thinned side by side in numpy: 1.8 µs a table at 1M
+  topics, where a loop over each one's points took 44 (`tests.bench.pipeline --ages`).
 - All tables live in one store, a row each: column j of two 2-D arrays holds every
-  table's j-th point (times float64, counts int64), 16 bytes a point. A cycle observes
-  every topic in one call (`observe_all`) and estimates every subscription's age in
-  another (`ages`: a bisect in every row at once), both in numpy. Until 2026-11-29 each
-  table was an object with two typed arrays, looked up a subscription at a time: the
-  decide at 1M topics took 2.5–3.1 s more (`tests.bench.pipeline --engine`), and a
-  full collection walked three objects a topic more. The arrays are `max_points` + 1
-  columns wide and resident as far as they are filled: a column is contiguous, so the
-  pages of columns no table has reached are never touched (numpy asks for huge pages,
-  so a column of fewer than ~130k tables is resident with its neighbour). Resident at
-  100k topics, names aside (`tests.bench.pipeline --ages`): 202 bytes a topic after two
-  cycles (the objects: 358), 1,164 once full (1,373). At a million topics that is ~1.1 GB
-  once every table has filled, after `max_points` cycles of new messages: a growth no
-  short run shows.
+  table's j-th point, 8 bytes a point. A point's time is a tick of one clock the store
+  keeps (uint32; each update is one tick, and the ticks no point holds are dropped when
+  the clock fills); its count, an offset from its table's oldest count (uint32). A cycle
+  observes every topic in one call (`observe_all`) and estimates every subscription's
+  age in another (`ages`: a bisect in every row at once), both in numpy. The arrays are
+  `max_points` + 1 columns wide and resident as far as they are filled: a column is
+  contiguous, so the pages of columns no table has reached are never touched (numpy
+  asks for huge pages, so a column of fewer than ~500k tables is resident with its
+  neighbour). Resident at 1M topics, names aside (`tests.bench.pipeline --ages`): 108
+  bytes a topic after two cycles, 588 once full (1,087 as float64 times and int64
+  counts): ~0.6 GB once every table has filled, after `max_points` cycles of new
+  messages.
+- A table spans at most 2^32 − 1 messages, what its offsets hold. A point further from
+  the oldest drops the oldest points until it fits, so a backlog older than that many
+  messages gets a lower bound, measured from the oldest point kept. At 50,000 messages
+  a second that is a day of a topic's history since its broker last loaded it (a
+  restart resets the table anyway).
 
-The estimate is monotone: a larger backlog never gets a smaller age. The topic's age is the
-largest over its subscriptions (`topic_age`); by monotonicity that is the estimate for the
-largest backlog. Pure: no clock reads, times are passed in (epoch seconds).
+The estimate is monotone: a larger backlog never gets a smaller age, so a topic's age, the
+largest over its subscriptions (PIP-323; `engine/topicdecisions.py`), is its largest
+backlog's. Pure: no clock reads, times are passed in (epoch seconds).
 """
 
 from __future__ import annotations
@@ -149,7 +152,9 @@ AgeEstimate = NoPoints | NoBacklog | Estimate
 
 
 _CHUNK = 4096  # tables thinned at once: their points side by side, ~4 MB
-_FAR = 2**62  # backlogs and counters clipped to ±this, so that a target is an int64
+_FAR = 2**62  # backlogs clipped to this, so that a target is an int64
+_SPAN = 2**32 - 1  # the most messages a table spans: its counts are uint32 offsets
+_TICKS = 1024  # the clock's least room
 
 
 # What `_update` found a point to be, a code a point.
@@ -168,8 +173,11 @@ class AgeTables:
         self._names: list[str | None] = []  # a row's topic, as its table was made with
         self._free: list[int] = []  # rows of tables dropped, for new ones
         self._length = np.zeros(0, np.int64)  # points a row
-        self._times = np.zeros((max_points + 1, 0))  # [point, row]
-        self._counts = np.zeros((max_points + 1, 0), np.int64)
+        self._base = np.zeros(0, np.int64)  # a row's oldest count: its points are offsets
+        self._when = np.zeros((max_points + 1, 0), np.uint32)  # [point, row]: a tick
+        self._counts = np.zeros((max_points + 1, 0), np.uint32)  # [point, row] − base
+        self._clock = np.zeros(_TICKS)  # a tick's time: one an update
+        self._ticks = 0
 
     def __len__(self) -> int:
         return len(self._row)
@@ -181,27 +189,24 @@ class AgeTables:
         r = self._row.get(topic)
         if r is None:
             return ()
-        n = int(self._length[r])
-        return tuple(Point(t, c) for t, c in zip(self._times[:n, r].tolist(),
-                                                 self._counts[:n, r].tolist(), strict=True))
+        n, base = int(self._length[r]), int(self._base[r])
+        return tuple(Point(t, base + c) for t, c in zip(
+            self._clock[self._when[:n, r]].tolist(), self._counts[:n, r].tolist(), strict=True))
 
     # --- observing ----------------------------------------------------------------------------
     def observe(self, topic: str, t: float, published_total: int) -> Observation:
         """Record that `topic` had published `published_total` messages at time `t`
         (a count a signed 64-bit integer holds, as the broker's counters are)."""
-        r = self._row.get(topic)
-        newest = None if r is None or not self._length[r] else \
-            (float(self._times[self._length[r] - 1, r]), int(self._counts[self._length[r] - 1, r]))
+        newest = self.points(topic)[-1:]
         row = self._rows([topic], np.ones(1, bool))
         code, thinned = self._update(row, np.array([published_total], np.int64), t)
-        if code[0] == _STALE and newest is not None:
-            return OutOfOrder(newest[0])
-        if code[0] == _RESET and newest is not None:
+        if code[0] == _STALE and newest:
+            return OutOfOrder(newest[0].time)
+        if code[0] == _RESET and newest:
             self._names[int(row[0])] = topic  # a new table, with the name it is given
-            return TableReset(newest[1], published_total)
+            return TableReset(newest[0].published, published_total)
         if code[0] == _COLLAPSED:
-            return Collapsed(float(self._times[self._length[row[0]] - 2, row[0]]),
-                             published_total)
+            return Collapsed(self.points(topic)[-2].time, published_total)
         return Inserted(thinned) if thinned else _INSERTED
 
     def observe_all(self, topics: Sequence[str], published: np.ndarray, seen: np.ndarray,
@@ -246,36 +251,77 @@ class AgeTables:
             return
         capacity = max(1024, used + rows + (used + rows) // 16)
         width = int(self._length.max()) if self._length.size else 0
-        times = np.zeros((self.max_points + 1, capacity))  # pages mapped when first written
-        counts = np.zeros((self.max_points + 1, capacity), np.int64)
-        times[:width, :used] = self._times[:width, :used]
+        when = np.zeros((self.max_points + 1, capacity), np.uint32)  # mapped when written
+        counts = np.zeros((self.max_points + 1, capacity), np.uint32)
+        when[:width, :used] = self._when[:width, :used]
         counts[:width, :used] = self._counts[:width, :used]
-        self._times, self._counts = times, counts
-        self._length = np.concatenate([self._length[:used], np.zeros(capacity - used, np.int64)])
+        self._when, self._counts = when, counts
+        grown = np.zeros(capacity - used, np.int64)
+        self._length = np.concatenate([self._length[:used], grown])
+        self._base = np.concatenate([self._base[:used], grown])
+
+    def _tick(self, t: float) -> int:
+        """A tick for time `t`. A full clock is first rid of the ticks no point holds,
+        then has room for as many again as it keeps (at least `_TICKS`)."""
+        if self._ticks == self._clock.size:
+            used, length = len(self._names), self._length[:len(self._names)]
+            held = np.zeros(self._ticks, bool)
+            for j in range(int(length.max()) if used else 0):
+                held[self._when[j, :used][length > j]] = True
+            renumbered = (np.cumsum(held) - 1).astype(np.uint32)
+            for j in range(int(length.max()) if used else 0):  # cells past a table: tick 0
+                self._when[j, :used] = np.where(length > j, renumbered[self._when[j, :used]], 0)
+            kept = self._clock[:self._ticks][held]
+            self._clock = np.zeros(max(_TICKS, 2 * kept.size))
+            self._clock[:kept.size], self._ticks = kept, kept.size
+        self._clock[self._ticks] = t
+        self._ticks += 1
+        return self._ticks - 1
 
     def _update(self, rows: np.ndarray, published: np.ndarray, t: float,
                 ) -> tuple[np.ndarray, int]:
         """One point a row (rows distinct) at time `t`: each point's code, and how many
         points each table over the bound lost (0 if none was)."""
-        times, counts, length = self._times, self._counts, self._length[rows]
+        when, counts, length = self._when, self._counts, self._length[rows]
+        published = np.maximum(published, 0)  # a count below 0 counts none
         last = np.maximum(length - 1, 0)
-        newest_t, newest_c = times[last, rows], counts[last, rows]
+        newest_t, newest_c = self._clock[when[last, rows]], counts[last, rows].astype(np.int64)
+        offset = published - self._base[rows]
         begun = length > 0
         stale = begun & (t <= newest_t)
-        reset = begun & ~stale & (published < newest_c)
-        flat = begun & ~stale & ~reset & (length >= 2) & (newest_c == published) \
+        reset = begun & ~stale & (offset < newest_c)
+        flat = begun & ~stale & ~reset & (length >= 2) & (newest_c == offset) \
             & (counts[np.maximum(length - 2, 0), rows] == newest_c)
         code = np.full(rows.size, _APPENDED, np.int8)
         code[flat], code[reset], code[stale] = _COLLAPSED, _RESET, _STALE
+        tick = self._tick(t)
         first = ~begun | reset  # the table (re)starts with this point
         r = rows[first]
-        times[0, r], counts[0, r], self._length[r] = t, published[first], 1
-        times[last[flat], rows[flat]] = t  # the flat run's right end moves
+        when[0, r], counts[0, r], self._length[r], self._base[r] = tick, 0, 1, published[first]
+        when[last[flat], rows[flat]] = tick  # the flat run's right end moves
         grows = begun & (code == _APPENDED)
-        r, at = rows[grows], length[grows]
-        times[at, r], counts[at, r], self._length[r] = t, published[grows], at + 1
+        lost = self._narrow(rows[far], offset[far]) if (far := grows & (offset > _SPAN)).any() \
+            else 0
+        r = rows[grows]
+        at, offset = self._length[r], published[grows] - self._base[r]
+        when[at, r], counts[at, r], self._length[r] = tick, offset, at + 1
         over = r[at >= self.max_points]
-        return code, (self._thin(over) if over.size else 0)
+        return code, lost + (self._thin(over) if over.size else 0)
+
+    def _narrow(self, rows: np.ndarray, offsets: np.ndarray) -> int:
+        """Drop the oldest points of these tables until each spans at most `_SPAN`
+        messages with its next point (at `offsets`): a backlog older than those is a
+        lower bound, as if the table began there. How many points went."""
+        lost = 0
+        for r, offset in zip(rows.tolist(), offsets.tolist(), strict=True):
+            n = int(self._length[r])
+            k = int(np.searchsorted(self._counts[:n, r], offset - _SPAN))  # the first kept
+            shift = offset if k == n else int(self._counts[k, r])
+            self._when[:n - k, r] = self._when[k:n, r]
+            self._counts[:n - k, r] = self._counts[k:n, r] - self._counts[min(k, n - 1), r]
+            self._base[r] += shift
+            self._length[r], lost = n - k, lost + k
+        return lost
 
     def _thin(self, rows: np.ndarray) -> int:
         """Merge away a quarter of these full tables' points (`max_points` + 1 each)."""
@@ -283,9 +329,9 @@ class AgeTables:
         quota = n // 4
         for at in range(0, rows.size, _CHUNK):
             chunk = rows[at:at + _CHUNK]
-            times, counts = self._times[:, chunk].T, self._counts[:, chunk].T
-            kept = ~thinned(times, counts, quota)
-            self._times[:n - quota, chunk] = times[kept].reshape(-1, n - quota).T
+            when, counts = self._when[:, chunk].T, self._counts[:, chunk].T
+            kept = ~thinned(self._clock[when], counts.astype(np.int64), quota)
+            self._when[:n - quota, chunk] = when[kept].reshape(-1, n - quota).T
             self._counts[:n - quota, chunk] = counts[kept].reshape(-1, n - quota).T
         self._length[rows] = n - quota
         return quota
@@ -317,10 +363,11 @@ class AgeTables:
         ages = np.full(rows.size, np.nan)
         if not self._length.size:
             return ages, np.zeros(rows.size, bool)
-        times, counts = self._times, self._counts
+        clock, when, counts = self._clock, self._when, self._counts
         length = np.where(valid, self._length[rows], 0)
         last = np.maximum(length - 1, 0)
-        published = np.clip(published, -_FAR, _FAR)
+        # as offsets from each table's base: below it, a restart not yet observed
+        published = np.maximum(np.maximum(published, 0) - self._base[rows], -_FAR)
         known = (length >= 2) & (published >= counts[last, rows])
         # The message the oldest unacknowledged one is: when did the counter reach it?
         target = published - np.clip(backlogs, 0, _FAR) + 1
@@ -334,13 +381,13 @@ class AgeTables:
         inside = known & (lo > 0) & (lo < length)
         newer = known & (lo == length) & (target <= published)  # closed by the snapshot
         j = np.clip(lo, 1, self.max_points)
-        t0, c0 = times[j - 1, rows], counts[j - 1, rows]
-        t1 = np.where(inside, times[j, rows], np.maximum(now, times[last, rows]))
+        t0, c0 = clock[when[j - 1, rows]], counts[j - 1, rows].astype(np.int64)
+        t1 = np.where(inside, clock[when[j, rows]], np.maximum(now, clock[when[last, rows]]))
         c1 = np.where(inside, counts[j, rows], published)
         with np.errstate(divide="ignore", invalid="ignore"):  # where neither, c1 may be c0
             at = t0 + (target - c0) / (c1 - c0) * (t1 - t0)  # c0 < target ≤ c1
             ages[inside | newer] = np.maximum(0.0, now - at)[inside | newer]
-        ages[bound] = np.maximum(0.0, now - times[0, rows])[bound]
+        ages[bound] = np.maximum(0.0, now - clock[when[0, rows]])[bound]
         return ages, bound
 
     # --- names and rows -----------------------------------------------------------------------
@@ -367,23 +414,3 @@ class AgeTables:
             self._free.append(r)
         return len(gone)
 
-
-def topic_age(estimates: Iterable[AgeEstimate]) -> AgeEstimate:
-    """The topic's backlog age: the largest over its subscriptions (PIP-323).
-
-    Unknown if any subscription's is unknown (the maximum cannot be known then); a lower
-    bound wins a tie with an interpolated value, since the true age may be larger. No
-    subscriptions, or none with a backlog: `NoBacklog`.
-    """
-    best: Estimate | None = None
-    for estimate in estimates:
-        if isinstance(estimate, NoPoints):
-            return estimate
-        if not isinstance(estimate, Estimate):
-            continue
-        if best is None or (estimate.age_seconds, estimate.method is Method.LOWER_BOUND) > (
-            best.age_seconds,
-            best.method is Method.LOWER_BOUND,
-        ):
-            best = estimate
-    return NoBacklog() if best is None else best

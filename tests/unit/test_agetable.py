@@ -21,7 +21,6 @@ from exporter.engine.agetable import (
     OutOfOrder,
     Point,
     TableReset,
-    topic_age,
 )
 
 T = "persistent://acme/orders/t1"
@@ -198,21 +197,6 @@ def test_a_topic_keeps_the_name_its_table_was_made_with() -> None:
     assert tables.name(first) is later
 
 
-# --- the topic's age ------------------------------------------------------------------------
-
-
-def test_topic_age_is_the_largest_over_subscriptions() -> None:
-    a = Estimate(10.0, Method.INTERPOLATED)
-    b = Estimate(30.0, Method.INTERPOLATED)
-    assert topic_age([a, NoBacklog(), b]) == b
-    assert topic_age([NoBacklog(), NoBacklog()]) == NoBacklog()
-    assert topic_age([]) == NoBacklog()
-    assert topic_age([a, NoPoints(), b]) == NoPoints()
-    lower = Estimate(30.0, Method.LOWER_BOUND)
-    assert topic_age([b, lower]) == lower
-    assert topic_age([lower, b]) == lower
-
-
 # --- laws -------------------------------------------------------------------------------------
 
 histories = st.lists(
@@ -387,3 +371,40 @@ def test_rows_outgrow_the_store_and_keep_their_points() -> None:
                            seen[:1000 * (k + 1)], 60.0 * k)
     assert tables.points(names[0]) == (Point(0.0, 0), Point(60.0, 1), Point(120.0, 2))
     assert tables.points(names[2999]) == (Point(120.0, 3001),)
+
+
+def test_a_table_spans_at_most_the_messages_its_offsets_hold() -> None:
+    """Counts are uint32 offsets from a table's oldest: a point further than 2^32 − 1
+    messages from it drops the oldest points, and a backlog older than those is a lower
+    bound from the oldest kept. Counts stay exact past 2^32."""
+    tables = AgeTables()
+    tables.observe(T, 0.0, 10)
+    tables.observe(T, 60.0, 10 + 2**31)
+    assert tables.observe(T, 120.0, 10 + 2**32) == Inserted(thinned=1)
+    assert tables.points(T) == (Point(60.0, 10 + 2**31), Point(120.0, 10 + 2**32))
+    published = 10 + 2**32
+    assert tables.estimate(T, 2**31 + 5, published, now=180.0) == \
+        Estimate(120.0, Method.LOWER_BOUND)  # message 2^31 + 6: before the oldest kept
+    # message 2^31 + 11, the first after the oldest kept: 60 s + 60 / 2^31 after it
+    assert tables.estimate(T, 2**31, published, now=180.0) == \
+        Estimate(180.0 - (60.0 + 60.0 / 2**31), Method.INTERPOLATED)
+    # Further than that from every point: the table begins anew, as after a restart.
+    assert tables.observe(T, 180.0, published + 2**33) == Inserted(thinned=2)
+    assert tables.points(T) == (Point(180.0, published + 2**33),)
+    assert tables.estimate(T, 1, published + 2**33, now=180.0) == NoPoints()
+
+
+def test_the_clock_keeps_only_the_times_some_point_holds() -> None:
+    """A point's time is a tick of the store's clock, one an update. Ticks no point holds
+    go when the clock fills, the points keep their times, and the clock stays its least."""
+    quiet, busy = AgeTables(), AgeTables()
+    for second in range(5000):
+        if second % 50 == 0:
+            quiet.observe(T, float(second), second * 3)
+            busy.observe(T, float(second), second * 3)
+        busy.observe(f"{T}-{second % 7}", second + 0.5, second)  # a tick each
+        if second == 4000:
+            busy.retain([T, f"{T}-1"])
+    assert busy.points(T) == quiet.points(T) and len(busy.points(T)) > 40
+    assert busy.points(f"{T}-1")[-1] == Point(4999.5, 4999)
+    assert busy._clock.size == 1024  # what the store holds is the point
