@@ -1,4 +1,5 @@
-"""CPython's full garbage collections, moved out of the cycle to between cycles.
+"""What a cycle leaves in memory, tidied between cycles: CPython's full garbage collections,
+and the heap's free pages.
 
 A cycle makes many tracked objects that live for a while: the publication's label tuples,
 and the decisions made when read (engine/topicdecisions.py). CPython 3.11 runs a full
@@ -16,6 +17,14 @@ makes one between cycles, when at least `SPACING` times as long as the last one 
 passed since it: at most 1/`SPACING` of the time goes to them, whatever the fleet (at 1k
 topics, a few ms every cycle). The young generations still collect as CPython decides:
 they hold the short-lived cycles (an exception and its frames).
+
+Then, every cycle, the pages the allocator keeps free are handed back to the OS
+(`release_unused`: `malloc_trim` under Arrow's system pool). The cycle does so after the
+merge, but the decide and the publication free as much again after it, and glibc keeps it
+resident until the next cycle's merge. At 1M topics with every age table full, the driver
+held 1,156–1,436 MB over its parsed inputs between cycles, 930 once handed back (the age
+tables 669 of it); at 100k, 140–173 and 105. `after_cycle` took 0.10–0.11 s at 1M, its
+collection included (`tests.bench.steady`).
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
+
+from exporter.pipeline.merge import release_unused
 
 SPACING = 20
 _NEVER = 2**31 - 1  # the oldest's count grows by one a middle sweep: never this far
@@ -47,11 +58,12 @@ class FullCollections:
             self._thresholds = None
 
     def after_cycle(self) -> bool:
-        """A full collection if one is due; whether it ran."""
-        if self._clock() < self._due:
-            return False
-        started = time.perf_counter()
-        gc.collect()
-        took = time.perf_counter() - started
-        self._due = self._clock() + SPACING * took
-        return True
+        """A full collection if one is due, whether it ran; then the free pages handed back."""
+        due = self._clock() >= self._due
+        if due:
+            started = time.perf_counter()
+            gc.collect()
+            took = time.perf_counter() - started
+            self._due = self._clock() + SPACING * took
+        release_unused()
+        return due

@@ -236,10 +236,6 @@ def engine(totals: list[int], brokers: int, cycles: int = 3) -> None:
     checks, resource groups, load), in this process on tables parsed here (no Spark), and
     the /metrics body of them; under CPython's own garbage collections, then with the full
     ones between cycles (runtime/garbage.py), the collection's own seconds counted."""
-    from exporter.config.load import parse
-    from exporter.config.model import KEEP_ALL
-    from exporter.pipeline.scrape import parsed_pieces, tables_of
-
     print(f"\n### The engine after the merge ({brokers} brokers, warm: median of cycles 2 to "
           f"{cycles})\n")
     print("| topics | merge s | decide s | µs a topic | publish s | GC inside them s "
@@ -248,14 +244,7 @@ def engine(totals: list[int], brokers: int, cycles: int = 3) -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     levers: list[tuple[int, list[tuple[float, float]]]] = []
     for total in totals:
-        template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
-        tables = []
-        for b in range(brokers):
-            parts, facts = parsed_pieces(
-                [template.replace("/b0-topic-", f"/b{b}-topic-").encode()], KEEP_ALL)
-            tables.append((f"http://broker-{b}:8080/metrics", tables_of(dict(parts), facts)))
-        config = parse({"cluster": "bench", "backlog_quotas": _QUOTAS, "sources": {"brokers": [
-            {"url": u} for u, _ in tables]}}, "bench.yaml")
+        tables, config = parsed_fleet(total, brokers)
         before = _status_mb("VmRSS")
         theirs, decisions, topics = _engine_cycles(config, tables, cycles, between=False)
         grown = _status_mb("VmRSS") - before
@@ -275,6 +264,24 @@ def engine(totals: list[int], brokers: int, cycles: int = 3) -> None:
     for topics, timed in levers:
         print(f"| {topics:,} " + "".join(f"| {s:.2f} ({mb:,.1f}) " for s, mb in timed) + "|",
               flush=True)
+
+
+def parsed_fleet(total: int, brokers: int) -> tuple[list, object]:
+    """`total` topics over `brokers` bodies, each with its own topic names, parsed in this
+    process into what the job hands the merge; and a configuration of them under `_QUOTAS`."""
+    from exporter.config.load import parse
+    from exporter.config.model import KEEP_ALL
+    from exporter.pipeline.scrape import parsed_pieces, tables_of
+
+    template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
+    tables = []
+    for b in range(brokers):
+        parts, facts = parsed_pieces(
+            [template.replace("/b0-topic-", f"/b{b}-topic-").encode()], KEEP_ALL)
+        tables.append((f"http://broker-{b}:8080/metrics", tables_of(dict(parts), facts)))
+    config = parse({"cluster": "bench", "backlog_quotas": _QUOTAS, "sources": {"brokers": [
+        {"url": u} for u, _ in tables]}}, "bench.yaml")
+    return tables, config
 
 
 # What design.md tells operators of a large fleet to set (filters.max_topics,
