@@ -27,6 +27,7 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from exporter.pipeline.packed import Packed
 from exporter.pipeline.tables import SourceTables
 
 log = logging.getLogger(__name__)
@@ -55,55 +56,62 @@ def with_topics_of(fresh: SourceTables, before: SourceTables, topics: pa.Array) 
             [fresh.subscriptions, kept.subscriptions]).combine_chunks())
 
 
-def _dropped_rows(before: SourceTables | None, now: SourceTables) -> SourceTables | None:
-    """`before`'s rows of the topics `now` lists no more, if any (copies: `before` itself
-    can go)."""
+def _dropped_rows(before: Packed | None, now: SourceTables) -> SourceTables | None:
+    """`before`'s rows of the topics `now` lists no more, if any (decoded only then)."""
     if before is None:
         return None
-    was = before.topics["topic"]
-    dropped = pc.unique(was.filter(pc.invert(pc.is_in(was, now.topics["topic"]))))
-    return rows_of(before, dropped) if len(dropped) else None
+    dropped = pc.unique(before.topic.filter(pc.invert(pc.is_in(before.topic,
+                                                                now.topics["topic"]))))
+    return rows_of(before.unpacked(), dropped) if len(dropped) else None
+
+
+# What `update` takes: a broker's URL and its tables fetched afresh, with the task's
+# payloads they were decoded from (packed.py) where there are some.
+Fresh = Mapping[str, SourceTables] | Iterable[tuple[str, SourceTables, Mapping[str, bytes]]]
 
 
 class LastGood:
-    """Per broker URL: the tables the merge uses. `update` once per cycle."""
+    """Per broker URL: its last good tables, packed (packed.py). `update` once per cycle."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, SourceTables] = {}
+        self._kept: dict[str, Packed] = {}
         self._held: dict[str, dict[str, int]] = {}  # url → topic → cycles it has been held
 
-    def update(self, fresh: Mapping[str, SourceTables] | Iterable[tuple[str, SourceTables]]
-               ) -> set[str]:
+    def update(self, fresh: Fresh) -> dict[str, SourceTables]:
         """One cycle: the tables of the brokers fetched (a URL whose fetch failed is not
-        among them and keeps its last good tables until it answers again); the URLs fetched.
+        among them and keeps its last good tables until it answers again); the tables the
+        merge takes of each broker fetched: its own, with the rows it holds over added.
 
-        `fresh` may be lazy, a broker decoded at a time: each broker's tables replace its
-        last ones as they come, keeping of those only the rows of topics it lists no more,
-        so the driver never holds two cycles of a fleet's tables (at 1M topics, ~500 MB
-        each)."""
-        fetched: set[str] = set()
+        `fresh` may be lazy, a broker decoded at a time: each broker's tables are packed
+        as they come, its last ones decoded only for the rows of topics it lists no more,
+        so the driver never holds two cycles of a fleet's tables, nor one decoded between
+        cycles (at 1M topics, ~530 MB each)."""
+        current: dict[str, SourceTables] = {}
         unlisted: dict[str, SourceTables] = {}  # url → its last rows of topics it dropped
-        for url, tables in fresh.items() if isinstance(fresh, Mapping) else fresh:
-            fetched.add(url)
-            dropped = _dropped_rows(self._tables.get(url), tables)
-            self._tables[url] = tables
+        items = ((url, tables, None) for url, tables in fresh.items()) \
+            if isinstance(fresh, Mapping) else fresh
+        for url, tables, payloads in items:
+            current[url] = tables
+            dropped = _dropped_rows(self._kept.get(url), tables)
+            self._kept[url] = Packed.of(tables, payloads)
             if dropped is not None:
                 unlisted[url] = dropped
-        for url in fetched - unlisted.keys():
+        for url in current.keys() - unlisted.keys():
             self._held.pop(url, None)
         if not unlisted:
-            return fetched
+            return current
         # Every topic any broker lists now, before any of this cycle's holds is added.
-        listed = pa.concat_arrays([self._tables[u].topics["topic"].combine_chunks()
-                                   for u in sorted(fetched)])
+        listed = pa.concat_arrays([current[u].topics["topic"].combine_chunks()
+                                   for u in sorted(current)])
         for url, before in unlisted.items():
             was = pc.unique(before.topics["topic"])
-            self._hold(url, self._tables[url], before,
-                       was.filter(pc.invert(pc.is_in(was, listed))))
-        return fetched
+            current[url] = self._hold(url, current[url], before,
+                                      was.filter(pc.invert(pc.is_in(was, listed))))
+        return current
 
     def _hold(self, url: str, tables: SourceTables, before: SourceTables,
-              missing: pa.Array) -> None:
+              missing: pa.Array) -> SourceTables:
+        """`tables` with `before`'s rows of the topics of `missing` still held added."""
         held_before = self._held.get(url, {})
         held = {t: held_before.get(t, 0) + 1 for t in missing.to_pylist()}
         expired = [t for t, n in held.items() if n > HOLD_CYCLES]
@@ -116,12 +124,12 @@ class LastGood:
             log.info("broker %s lists %d topic(s) fewer and no broker lists them: holding "
                      "their last values until one does (at most %d cycles)", url, started,
                      HOLD_CYCLES)
-        if held:
-            self._tables[url] = with_topics_of(tables, before, pa.array(list(held),
-                                                                        missing.type))
-            self._held[url] = held
-        else:
+        if not held:
             self._held.pop(url, None)
+            return tables
+        tables = with_topics_of(tables, before, pa.array(list(held), missing.type))
+        self._kept[url], self._held[url] = Packed.of(tables), held
+        return tables
 
     def _held_topics(self) -> set[str]:
         return set().union(*(held.keys() for held in self._held.values()))
@@ -133,17 +141,19 @@ class LastGood:
     def stale(self, fresh: Collection[str]) -> frozenset[str]:
         """Topics in use that no broker listed afresh: held ones, and those of brokers
         whose fetch failed (`fresh`: the URLs fetched this cycle) listed by no other."""
-        parts = [t.topics["topic"].combine_chunks() for u, t in self._tables.items()
-                 if u not in fresh]
+        parts = [kept.topic for u, kept in self._kept.items() if u not in fresh]
         if not parts:
             return frozenset(self._held_topics())
-        listed = [t.topics["topic"].combine_chunks() for u, t in self._tables.items()
-                  if u in fresh]
+        listed = [kept.topic for u, kept in self._kept.items() if u in fresh]
         old = pa.concat_arrays(parts)
         if listed:
             old = old.filter(pc.invert(pc.is_in(old, pa.concat_arrays(listed))))
         return frozenset(old.drop_null().to_pylist()) | self._held_topics()
 
-    def tables(self, urls: Sequence[str]) -> tuple[tuple[str, SourceTables], ...]:
-        """(url, tables) of every URL in `urls` that ever had a good fetch, in that order."""
-        return tuple((u, self._tables[u]) for u in urls if u in self._tables)
+    def tables(self, urls: Sequence[str], current: Mapping[str, SourceTables] | None = None,
+               ) -> tuple[tuple[str, SourceTables], ...]:
+        """(url, tables) of every URL in `urls` that ever had a good fetch, in that order:
+        `current`'s (`update`'s) where given, else its last good ones, decoded."""
+        current = current or {}
+        return tuple((u, current[u] if u in current else self._kept[u].unpacked())
+                     for u in urls if u in current or u in self._kept)

@@ -32,6 +32,7 @@ from pyspark import RDD, SparkContext
 
 from exporter.config.model import KEEP_ALL, BrokerSource, TopicFilter
 from exporter.pipeline.lastgood import LastGood
+from exporter.pipeline.packed import TABLES, from_ipc, ipc
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
 from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream, whole_lines
@@ -40,9 +41,8 @@ from exporter.sources.model import ScrapeError, SourceKind
 # A body is parsed in pieces of this size as it streams in: memory stays bounded by the
 # piece, not the body, and parsing overlaps the transfer.
 PIECE_BYTES = 16 << 20
-_TABLES = ("subscriptions", "topics", "namespaces", "usage")
 # A task's result for one broker: its URL and its parts, each "status" (JSON) or one of
-# _TABLES (Arrow IPC) or "body" (zstd), with its bytes.
+# TABLES (Arrow IPC, packed.py) or "body" (zstd), with its bytes.
 Parts = tuple[tuple[str, bytes], ...]
 TaskResult = tuple[str, Parts]
 
@@ -78,7 +78,7 @@ def parsed_pieces(pieces: Iterable[bytes], rule: TopicFilter,
         if body is not None:
             body.write(piece)
     tables = source_tables(parsed, rule)
-    parts = [(name, _ipc(getattr(tables, name))) for name in _TABLES]
+    parts = [(name, ipc(getattr(tables, name))) for name in TABLES]
     return parts, {"bytes": size, "malformed": dict(tables.malformed),
                    "filtered": tables.filtered}
 
@@ -108,21 +108,6 @@ def task_result(source: str, status: Mapping, parts: Sequence[tuple[str, bytes]]
                 ) -> TaskResult:
     """A task's result for one body: its status (JSON) and its parts."""
     return source, (("status", json.dumps(status).encode()), *parts)
-
-
-def _ipc(table: pa.Table) -> bytes:
-    """Arrow IPC, zstd-compressed: the payloads pass through the JVM (task results, then
-    the collect), whose heap is the driver's; topic names and sparse columns shrink
-    several times over."""
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
-    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _from_ipc(payload: bytes) -> pa.Table:
-    return pa.ipc.open_stream(payload).read_all()
 
 
 # --- on the driver ---------------------------------------------------------------------------
@@ -155,7 +140,7 @@ def in_process(sources: Sequence[BrokerSource],
 
 def tables_of(parts: Mapping[str, bytes], status: Mapping) -> SourceTables:
     """One broker's tables from its task's parts and status (here and in the replay)."""
-    return SourceTables(**{name: _from_ipc(parts[name]) for name in _TABLES},
+    return SourceTables(**{name: from_ipc(parts[name]) for name in TABLES},
                         malformed=status["malformed"], filtered=status["filtered"])
 
 
@@ -179,7 +164,7 @@ class BrokerScrape:
         """One job; when the job itself fails (executors lost, cancelled), every broker is
         down this cycle, with the reason, and the last good tables stay in use.
 
-        Each broker's payloads are let go once decoded into its tables."""
+        Each broker's payloads are kept (packed.py) and its tables are the cycle's."""
         job_failure: str | None = None
         try:
             collected = self._job()
@@ -191,20 +176,21 @@ class BrokerScrape:
         bodies = {url: parts["body"] for url, parts in by_source.items() if "body" in parts}
         malformed: dict[str, Mapping[str, int]] = {}
 
-        def fresh() -> Iterator[tuple[str, SourceTables]]:
+        def fresh() -> Iterator[tuple[str, SourceTables, Mapping[str, bytes]]]:
             for source in self._sources:
-                tables = self._take(source, by_source.pop(source.url, {}), job_failure)
+                parts = by_source.pop(source.url, {})
+                tables = self._take(source, parts, job_failure)
                 if tables is not None:
                     malformed[source.url] = tables.malformed
-                    yield source.url, tables
+                    yield source.url, tables, parts  # kept packed as they came
 
-        fetched = self._last_good.update(fresh())
+        current = self._last_good.update(fresh())
         return BrokerData(
-            tables=self._last_good.tables([s.url for s in self._sources]),
+            tables=self._last_good.tables([s.url for s in self._sources], current),
             health=tuple(self._ledgers[s.url].health() for s in self._sources),
             malformed=malformed,
             bodies=bodies,
-            stale=self._last_good.stale(fetched),
+            stale=self._last_good.stale(current),
             held=self._last_good.held(),
         )
 

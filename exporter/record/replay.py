@@ -85,8 +85,9 @@ class ReplayBrokers:
         fresh = {url: t for url in cycle.bodies
                  if (t := self._tables.get((self.index, url))) is not None}
         urls = [h.source for h in cycle.broker_health]
-        self._last_good.update(fresh)
-        return BrokerData(tables=self._last_good.tables(urls), health=cycle.broker_health,
+        current = self._last_good.update(fresh)
+        return BrokerData(tables=self._last_good.tables(urls, current),
+                          health=cycle.broker_health,
                           malformed={url: t.malformed for url, t in fresh.items()})
 
 

@@ -250,6 +250,9 @@ class Exporter:
             with stage("pipeline"):
                 agg = self._aggregate(brokers, snapshot)
             self._filtered = sum(t.filtered for _, t in brokers.tables)
+            # merged: the decoded tables go now, not after the decide (lastgood.py keeps
+            # each broker's packed)
+            brokers = dataclasses.replace(brokers, tables=())
             self._held = brokers.held
             self._seen = (agg.topics["topic"], brokers.stale)  # a set only if the walk asks
             self._count_malformed(agg.malformed.to_pylist())

@@ -1,83 +1,123 @@
-"""The driver's memory between cycles once every backlog-age table is full, as the exporter
-holds it and as glibc would keep it without the hand-back between cycles. Prints a
-Markdown table; not a test.
+"""The driver's memory at a fleet's scale once every backlog-age table is full, cycle after
+cycle as the runtime runs them: the Spark job, the merge, the decide, the publication, and
+what is left between cycles, as the exporter holds it and as glibc would keep it without
+the hand-back. Prints a Markdown table; not a test.
 
     .venv/bin/python -m tests.bench.steady [--topics 100000,1000000] [--brokers 100]
+        [--master local[2]]
 
-A fleet's bodies are parsed in this process (what the job hands the merge), every topic
-under a default quota that evicts (`tests.bench.pipeline`'s). The age tables are given a
-history of `max_points` + 1 points a topic first, so that every table has filled once (and
-thinned): a state a short run never shows, reached after `max_points` cycles of new
-messages. Then three cycles as the runtime runs them (merge, its hand-back, decide, the
-/metrics body under `max_topics` 10,000); after each, the driver's resident set over what it
-was before the engine began (the parsed bodies aside): as glibc keeps it, then after
-`FullCollections.after_cycle` (runtime/garbage.py), and the cycle's peak.
+`--brokers` bodies share the topics (each its own names, every topic under a default quota
+that evicts: `tests.bench.pipeline`'s), served over loopback HTTP by a separate process and
+fetched and parsed by the job on Spark. The age tables are first given a history of
+`max_points` + 1 points a topic, so that every table has filled once: a state a short run
+never shows, reached after `max_points` cycles of new messages. Then three cycles (the
+job, the merge and its hand-back, the decide, the /metrics body under `max_topics`
+10,000, `FullCollections.after_cycle`); after each, the driver's resident set (this
+process) before and after `after_cycle`, and the cycle's peak (VmHWM); the JVM's and the
+Python workers' peaks at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
-from tests.bench.pipeline import _body, _hwm_mb, _reset_hwm, _status_mb, parsed_fleet
+from tests.bench.pipeline import (
+    _QUOTAS,
+    _body,
+    _hwm_mb,
+    _reset_hwm,
+    _serve,
+    _spark_processes,
+    _status_mb,
+)
+from tests.harness.synthetic import BodySpec, body_text
 
 
-def steady(total: int, brokers: int, cycles: int = 3) -> None:
-    import gc
-
+def steady(context, total: int, brokers: int, workdir: Path, cycles: int = 3) -> None:
+    from exporter.config.load import parse
+    from exporter.config.model import BrokerSource
     from exporter.engine.agetable import DEFAULT_MAX_POINTS
     from exporter.engine.decide import Decider
     from exporter.pipeline.merge import merge, release_unused
+    from exporter.pipeline.scrape import BrokerScrape, on_spark
     from exporter.runtime.garbage import FullCollections
 
-    tables, config = parsed_fleet(total, brokers)
-    gc.collect()
-    release_unused()
-    base = _status_mb("VmRSS")
-    decider, collections = Decider(config), FullCollections()
-    collections.start()
-    now = time.time()
-    topics = merge(tables, {}).topics.column("topic").to_pylist()
-    seen, published = np.ones(len(topics), bool), np.zeros(len(topics), np.int64)
-    history = DEFAULT_MAX_POINTS + 1
-    for k in range(history):  # counts below those the bodies print, a minute apart
-        decider.ages.observe_all(topics, published + k, seen, now - 60 * (history - k))
-    del topics
-    release_unused()
-    filled = _status_mb("VmRSS") - base
+    template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
+    for b in range(brokers):
+        (workdir / f"b{b}.prom").write_text(template.replace("/b0-topic-", f"/b{b}-topic-"))
+    del template
+    server, url = _serve(workdir)
     try:
+        urls = [f"{url}/b{b}.prom" for b in range(brokers)]
+        sources = [BrokerSource(u, 600.0) for u in urls]
+        scrape = BrokerScrape(sources, on_spark(context, sources))
+        config = parse({"cluster": "bench", "backlog_quotas": _QUOTAS, "sources": {
+            "brokers": [{"url": u} for u in urls]}}, "bench.yaml")
+        decider, collections = Decider(config), FullCollections()
+        collections.start()
+        now = time.time()
+        topics = merge(scrape.run().tables, {}).topics.column("topic").to_pylist()
+        release_unused()
+        before = _status_mb("VmRSS")
+        seen, published = np.ones(len(topics), bool), np.zeros(len(topics), np.int64)
+        history = DEFAULT_MAX_POINTS + 1
+        for k in range(history):  # counts below those the bodies print, a minute apart
+            decider.ages.observe_all(topics, published + k, seen, now - 60 * (history - k))
+        del topics
+        release_unused()
+        filled = _status_mb("VmRSS") - before
         for cycle in range(cycles):
             _reset_hwm()
             t0 = time.perf_counter()
-            agg = merge(tables, {})
+            data = scrape.run()
+            agg = merge(data.tables, {}, malformed=data.malformed)
+            data = None
             release_unused()  # as runtime/cycle.py does after the merge
+            t1 = time.perf_counter()
             decisions = decider.decide(agg, None, now + 60 * cycle)
             agg = None
             _body(decisions, max_topics=10_000)
             seconds, kept, peak = time.perf_counter() - t0, _status_mb("VmRSS"), _hwm_mb()
-            t1 = time.perf_counter()
+            t2 = time.perf_counter()
             collections.after_cycle()
-            handed = time.perf_counter() - t1
-            after = _status_mb("VmRSS") - base
+            handed = time.perf_counter() - t2
             print(f"| {total:,} | {filled:,.0f} | {cycle + 1} | {seconds:.1f} "
-                  f"| {kept - base:,.0f} | {after:,.0f} ({handed * 1e3:.0f} ms) "
-                  f"| {peak - base:,.0f} |", flush=True)
-    finally:
+                  f"({t1 - t0:.1f}) | {kept:,.0f} | {_status_mb('VmRSS'):,.0f} "
+                  f"({handed * 1e3:.0f} ms) | {peak:,.0f} |", flush=True)
         collections.stop()
+        jvm, workers = _spark_processes()
+        print(f"| {total:,} | peaks: JVM {jvm:,.0f} MB, Python workers {workers:,.0f} MB "
+              "||||||", flush=True)
+    finally:
+        server.terminate()
+        for f in workdir.iterdir():
+            f.unlink()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topics", default="100000")
     parser.add_argument("--brokers", type=int, default=100)
+    parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
-    print("| topics | age tables full MB | cycle | s | between cycles MB: as glibc keeps it "
-          "| after `after_cycle` (its time) | the cycle's peak MB |")
+
+    from exporter.config.model import Spark
+    from exporter.pipeline.session import get_context
+
+    context = get_context(Spark(master=args.master))
+    print(f"({args.master}, {os.cpu_count()} cores)\n")
+    print("| topics | age tables full MB | cycle | s (job and merge) | driver MB between "
+          "cycles: as glibc keeps it | after `after_cycle` (its time) | driver peak MB |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    for total in (int(t) for t in args.topics.split(",")):
-        steady(total, args.brokers)
+    with tempfile.TemporaryDirectory(prefix="pqe-bench-") as tmp:
+        for total in (int(t) for t in args.topics.split(",")):
+            steady(context, total, args.brokers, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -88,5 +88,5 @@ def test_a_fetch_fails_only_by_a_known_reason_and_the_last_good_tables_stay(
                 assert inputs.tolerating_known(lambda b=body: inputs.metrics_body(b)) is None
             else:
                 assert reason == "malformed", health.last_error_detail
-            assert tables is last_good  # nothing already fetched is lost
+            assert tables == last_good  # nothing already fetched is lost (kept packed)
         assert {r.value: n for r, n in health.errors} == errors

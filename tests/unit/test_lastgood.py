@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from exporter.pipeline.lastgood import HOLD_CYCLES, LastGood
+from exporter.pipeline.packed import TABLES, ipc
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
 from tests.harness.fixtures import FIXTURES
@@ -106,26 +107,31 @@ def test_a_topic_another_broker_lists_now_is_not_held():
     assert listed(last, B) == {"t2": 1}
 
 
-def test_a_brokers_tables_replace_its_last_ones_as_they_come():
-    """Brokers decoded one at a time (scrape.py): A's last tables are let go before B's new
-    ones exist, so a fleet's tables are never held twice; a topic that moved from A to B,
-    which only B's tables show, is still not held."""
+def test_a_brokers_tables_are_kept_packed_and_go_with_the_cycle():
+    """The last good tables are kept as the payloads they came in (packed.py): the decoded
+    ones go with the cycle that used them, so a fleet's tables are never held decoded
+    between cycles; a topic that moved from A to B, which only B's tables show, is still
+    not held."""
     last = LastGood()
     first_a = tables(100.0, t1=5, t2=7)
-    last.update({A: first_a, B: tables(100.0)})
+    current = last.update({A: first_a, B: tables(100.0)})
+    assert current[A] is first_a
     gone = weakref.ref(first_a)
-    del first_a
-    during: list[object] = []
+    del first_a, current
+    gc.collect()
+    assert gone() is None
+    assert listed(last, A) == {"t1": 5, "t2": 7}  # decoded again from what was kept
+    from_a = tables(150.0, t1=6)
+    payloads = {name: ipc(getattr(from_a, name)) for name in TABLES}  # as a task sends them
 
-    def fresh() -> Iterator[tuple[str, SourceTables]]:
-        yield A, tables(150.0, t1=6)
-        gc.collect()
-        during.extend([listed(last, A), gone()])
-        yield B, tables(100.0, t2=1)
+    def fresh() -> Iterator[tuple[str, SourceTables, Mapping[str, bytes] | None]]:
+        yield A, from_a, payloads
+        yield B, tables(100.0, t2=1), None
 
-    assert last.update(fresh()) == {A, B}
-    assert during == [{"t1": 6}, None]
+    current = last.update(fresh())
+    assert current.keys() == {A, B} and current[A] is from_a
     assert listed(last, A) == {"t1": 6}
+    assert last._kept[A].payloads["topics"] is payloads["topics"]  # kept, not encoded again
     assert listed(last, B) == {"t2": 1}
     assert last.held() == 0
 
