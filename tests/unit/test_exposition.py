@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-import time
 from collections.abc import Callable
 from itertools import product
 from types import MappingProxyType
@@ -361,7 +360,7 @@ def test_built_set_is_frozen_and_the_builder_single_use():
     assert len(ms) == 1
 
 
-# --- exactness at size, and speed --------------------------------------------------------------
+# --- exactness at size --------------------------------------------------------------
 def big_set(n: int):
     b = MetricSetBuilder()
     values = {}
@@ -385,15 +384,16 @@ def test_medium_body_matches_exactly_under_both_parsers(check_metrics):
     assert result.returncode == 0, result.stderr
 
 
-def test_renders_100k_series_well_under_a_second():
-    ms, _ = big_set(100_000)
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        body = render(ms, topic_level=True)
-        best = min(best, time.perf_counter() - t0)
+def test_a_100k_series_body_is_exact_across_the_render_batches():
+    """The render writes lines in batches: every value survives their boundaries. (Its
+    speed is measured, not asserted: `tests.bench.pipeline --engine`.)"""
+    ms, values = big_set(100_000)
+    body = render(ms, topic_level=True)
     assert body.count(b"\n") == 100_002
-    assert best < 1.0, f"render took {best:.3f}s"
+    got = parse(body)
+    assert len(got) == len(values)
+    assert all(got[(AGE, (("cluster", c), ("namespace", ns), ("topic", t)))] == v
+               for (c, ns, t), v in values.items())
 
 
 # --- the brokers' own splits --------------------------------------------------------------
