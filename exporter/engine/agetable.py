@@ -89,7 +89,8 @@ class Point:
 
 @dataclass(frozen=True)
 class Inserted:
-    """The point was appended; `thinned` counts points dropped to stay within the bound."""
+    """The point was appended; `thinned` counts points dropped to stay within the bounds
+    (`max_points`, and the messages a table spans)."""
 
     thinned: int = 0
 
@@ -265,11 +266,12 @@ class AgeTables:
         then has room for as many again as it keeps (at least `_TICKS`)."""
         if self._ticks == self._clock.size:
             used, length = len(self._names), self._length[:len(self._names)]
+            width = int(length.max()) if used else 0
             held = np.zeros(self._ticks, bool)
-            for j in range(int(length.max()) if used else 0):
+            for j in range(width):
                 held[self._when[j, :used][length > j]] = True
             renumbered = (np.cumsum(held) - 1).astype(np.uint32)
-            for j in range(int(length.max()) if used else 0):  # cells past a table: tick 0
+            for j in range(width):  # cells past a table's points: tick 0
                 self._when[j, :used] = np.where(length > j, renumbered[self._when[j, :used]], 0)
             kept = self._clock[:self._ticks][held]
             self._clock = np.zeros(max(_TICKS, 2 * kept.size))
@@ -316,10 +318,13 @@ class AgeTables:
         for r, offset in zip(rows.tolist(), offsets.tolist(), strict=True):
             n = int(self._length[r])
             k = int(np.searchsorted(self._counts[:n, r], offset - _SPAN))  # the first kept
-            shift = offset if k == n else int(self._counts[k, r])
-            self._when[:n - k, r] = self._when[k:n, r]
-            self._counts[:n - k, r] = self._counts[k:n, r] - self._counts[min(k, n - 1), r]
-            self._base[r] += shift
+            if k == n:  # none: the table begins anew with the next point, at offset 0
+                self._base[r] += offset
+            else:
+                oldest = self._counts[k, r]
+                self._when[:n - k, r] = self._when[k:n, r]
+                self._counts[:n - k, r] = self._counts[k:n, r] - oldest
+                self._base[r] += int(oldest)
             self._length[r], lost = n - k, lost + k
         return lost
 

@@ -250,8 +250,8 @@ class Exporter:
             with stage("pipeline"):
                 agg = self._aggregate(brokers, snapshot)
             self._filtered = sum(t.filtered for _, t in brokers.tables)
-            # merged: the decoded tables go now, not after the decide (lastgood.py keeps
-            # each broker's packed)
+            # Merged: what the Aggregates do not share of the decoded tables goes now, not
+            # after the decide (lastgood.py keeps each broker's packed).
             brokers = dataclasses.replace(brokers, tables=())
             self._held = brokers.held
             self._seen = (agg.topics["topic"], brokers.stale)  # a set only if the walk asks

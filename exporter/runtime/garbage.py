@@ -21,9 +21,9 @@ they hold the short-lived cycles (an exception and its frames).
 Then, every cycle, the pages the allocator keeps free are handed back to the OS
 (`release_unused`: `malloc_trim` under Arrow's system pool). The cycle does so after the
 merge, but the decide and the publication free as much again after it, and glibc keeps it
-resident until the next cycle's merge. At 1M topics with every age table full, the driver
-held 1,156–1,436 MB over its parsed inputs between cycles, 930 once handed back (the age
-tables 669 of it); at 100k, 140–173 and 105. `after_cycle` took 0.10–0.11 s at 1M, its
+resident until the next cycle's merge. At 1M topics on 100 brokers with every age table
+full, the driver held 1,753–2,110 MB between cycles as glibc kept it, 1,146–1,153 once
+handed back; at 100k, 301–339 and 220. `after_cycle` took 0.14–0.15 s at 1M, its
 collection included (`tests.bench.steady`).
 """
 

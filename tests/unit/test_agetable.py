@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from itertools import pairwise
 
 import numpy as np
@@ -259,23 +260,28 @@ def _thinned_by_the_rule(points: list[Point]) -> list[Point]:
     return [p for i, p in enumerate(points) if i not in drop]
 
 
+def _observed(tables: AgeTables, start: int, steps) -> Iterator[tuple[Point, object]]:
+    """Each point of a history observed (`start` messages at t=0, then each step's seconds
+    later and messages more), with what `observe` answered."""
+    t, published = 0.0, start
+    yield Point(t, published), tables.observe(T, t, published)
+    for dt, added in steps:
+        t, published = t + dt, published + added
+        yield Point(t, published), tables.observe(T, t, published)
+
+
 @given(history=histories, start=st.integers(0, 2**62), max_points=st.integers(4, 30))
 def test_thinning_drops_what_the_rule_says(history, start, max_points) -> None:
-    tables = AgeTables(max_points)
-    t, published = 0.0, start
-    tables.observe(T, t, published)
-    expected = [Point(t, published)]
-    for dt, added in history:
-        t, published = t + dt, published + added
-        result = tables.observe(T, t, published)
+    tables, expected = AgeTables(max_points), []
+    for point, result in _observed(tables, start, history):
         if isinstance(result, Inserted):
-            expected.append(Point(t, published))
+            expected.append(point)
             if len(expected) > max_points:
                 kept = _thinned_by_the_rule(expected)
                 assert result.thinned == len(expected) - len(kept)
                 expected = kept
         elif isinstance(result, Collapsed):
-            expected[-1] = Point(t, published)
+            expected[-1] = point
         assert list(tables.points(T)) == expected
 
 
@@ -392,6 +398,23 @@ def test_a_table_spans_at_most_the_messages_its_offsets_hold() -> None:
     assert tables.observe(T, 180.0, published + 2**33) == Inserted(thinned=2)
     assert tables.points(T) == (Point(180.0, published + 2**33),)
     assert tables.estimate(T, 1, published + 2**33, now=180.0) == NoPoints()
+
+
+@given(steps=st.lists(st.tuples(st.floats(0.001, 1_000), st.sampled_from(
+    [0, 0, 1, 2**20, 2**31, 2**32 - 1, 2**32, 2**33])), min_size=1, max_size=40),
+       start=st.integers(0, 2**62))
+def test_a_table_keeps_the_points_within_its_span_of_the_newest(steps, start) -> None:
+    """Points more than 2^32 − 1 messages below the newest go, oldest first, counted as
+    dropped; the rest stay exact (no thinning here: `max_points` is never reached)."""
+    tables, expected = AgeTables(max_points=100), []
+    for point, result in _observed(tables, start, steps):
+        if isinstance(result, Collapsed):
+            expected[-1] = point
+        else:
+            kept = [p for p in [*expected, point] if point.published - p.published < 2**32]
+            assert result == Inserted(thinned=len(expected) + 1 - len(kept))
+            expected = kept
+        assert list(tables.points(T)) == expected
 
 
 def test_the_clock_keeps_only_the_times_some_point_holds() -> None:
