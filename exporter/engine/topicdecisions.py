@@ -53,11 +53,14 @@ class TopicDecisions(Sequence[TopicDecision]):
     """A cycle's decisions in topic order; `columns` for every topic, a `TopicDecision`
     made when one is read (and kept only for those that act)."""
 
-    __slots__ = ("_kept", "_make", "columns")
+    __slots__ = ("_every", "_kept", "_make", "columns")
 
     def __init__(self, columns: TopicColumns, make: Callable[[int], TopicDecision],
-                 kept: dict[int, TopicDecision]) -> None:
-        self.columns, self._make, self._kept = columns, make, kept
+                 kept: dict[int, TopicDecision],
+                 every: Callable[[], object] = lambda: None) -> None:
+        """`every` is called before every decision is read (iterating): the cue to make
+        what reading them all needs."""
+        self.columns, self._make, self._kept, self._every = columns, make, kept, every
 
     @classmethod
     def of(cls, decisions: Sequence[TopicDecision]) -> TopicDecisions:
@@ -85,6 +88,7 @@ class TopicDecisions(Sequence[TopicDecision]):
         return kept if kept is not None else self._make(k)
 
     def __iter__(self) -> Iterator[TopicDecision]:
+        self._every()
         kept, make = self._kept, self._make
         for k in range(len(self)):
             d = kept.get(k)
@@ -163,7 +167,7 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: Sequence[str]
         age = np.where(has, np.maximum(0.0, now - oldest), 0.0)
     measured = has & (np.append(subs.source, 0)[holder] >= BROKER)  # with a time, always
     return TopicDecisions(TopicColumns(names, spaces, over, age, backlog_bytes, time, held,
-                                       measured, evicting), make, kept)
+                                       measured, evicting), make, kept, lambda: subs.lists)
 
 
 def evicts(d: TopicDecision) -> bool:

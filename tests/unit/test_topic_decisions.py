@@ -196,6 +196,8 @@ def test_the_checks_over_columns_are_the_rules_one_subscription_at_a_time(
         admin = _admin(cycle, now - 2) if with_admin else AdminSnapshot(now, (), ())
         got = decider.decide(agg, admin, now).topics
         want = rules.decide(agg, admin, now)
+        # read one at a time first (each from its slices), then all (from lists of all)
+        assert [got[k] for k in range(len(got))] == want
         assert list(got) == want
         _same_columns(got, want)
         assert got.over() == [d for d in want if d.exceeded]
