@@ -38,6 +38,18 @@ def from_ipc(payload: bytes) -> pa.Table:
     return pa.ipc.open_stream(payload).read_all()
 
 
+def encoded(tables: SourceTables) -> dict[str, bytes]:
+    """Each of TABLES as `ipc` encodes it."""
+    return {name: ipc(getattr(tables, name)) for name in TABLES}
+
+
+def decoded(payloads: Mapping[str, bytes], malformed: Mapping[str, int],
+            filtered: int) -> SourceTables:
+    """A broker's tables from its payloads (`encoded`'s, or a task's parts)."""
+    return SourceTables(**{name: from_ipc(payloads[name]) for name in TABLES},
+                        malformed=malformed, filtered=filtered)
+
+
 @dataclass(frozen=True)
 class Packed:
     """One broker's tables as kept between cycles."""
@@ -52,10 +64,9 @@ class Packed:
         """`tables` packed, from the payloads they were decoded from if given (encoded
         here if not: a replay's tables, or a broker's with rows held over)."""
         if payloads is None:
-            payloads = {name: ipc(getattr(tables, name)) for name in TABLES}
+            payloads = encoded(tables)
         return cls({name: payloads[name] for name in TABLES},
                    tables.topics["topic"].combine_chunks(), tables.malformed, tables.filtered)
 
     def unpacked(self) -> SourceTables:
-        return SourceTables(**{name: from_ipc(self.payloads[name]) for name in TABLES},
-                            malformed=self.malformed, filtered=self.filtered)
+        return decoded(self.payloads, self.malformed, self.filtered)

@@ -32,7 +32,7 @@ from pyspark import RDD, SparkContext
 
 from exporter.config.model import KEEP_ALL, BrokerSource, TopicFilter
 from exporter.pipeline.lastgood import LastGood
-from exporter.pipeline.packed import TABLES, from_ipc, ipc
+from exporter.pipeline.packed import decoded, encoded
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
 from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream, whole_lines
@@ -78,7 +78,7 @@ def parsed_pieces(pieces: Iterable[bytes], rule: TopicFilter,
         if body is not None:
             body.write(piece)
     tables = source_tables(parsed, rule)
-    parts = [(name, ipc(getattr(tables, name))) for name in TABLES]
+    parts = list(encoded(tables).items())
     return parts, {"bytes": size, "malformed": dict(tables.malformed),
                    "filtered": tables.filtered}
 
@@ -140,8 +140,7 @@ def in_process(sources: Sequence[BrokerSource],
 
 def tables_of(parts: Mapping[str, bytes], status: Mapping) -> SourceTables:
     """One broker's tables from its task's parts and status (here and in the replay)."""
-    return SourceTables(**{name: from_ipc(parts[name]) for name in TABLES},
-                        malformed=status["malformed"], filtered=status["filtered"])
+    return decoded(parts, status["malformed"], status["filtered"])
 
 
 class BrokerScrape:

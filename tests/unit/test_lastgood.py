@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 
 from exporter.pipeline.lastgood import HOLD_CYCLES, LastGood
-from exporter.pipeline.packed import TABLES, ipc
+from exporter.pipeline.packed import encoded
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
 from tests.harness.fixtures import FIXTURES
@@ -122,7 +122,7 @@ def test_a_brokers_tables_are_kept_packed_and_go_with_the_cycle():
     assert gone() is None
     assert listed(last, A) == {"t1": 5, "t2": 7}  # decoded again from what was kept
     from_a = tables(150.0, t1=6)
-    payloads = {name: ipc(getattr(from_a, name)) for name in TABLES}  # as a task sends them
+    payloads = encoded(from_a)  # as a task sends them
 
     def fresh() -> Iterator[tuple[str, SourceTables, Mapping[str, bytes] | None]]:
         yield A, from_a, payloads
