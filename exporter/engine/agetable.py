@@ -39,18 +39,23 @@ Rules, all documented here because the exported series depends on them:
   a cycle takes over the bound are thinned side by side in numpy: 1.8 µs a table at 1M
   topics, where a loop over each one's points took 44 (`tests.bench.pipeline --ages`).
 - All tables live in one store, a row each: column j of two 2-D arrays holds every
-  table's j-th point, 8 bytes a point. A point's time is a tick of one clock the store
-  keeps (uint32; each update is one tick, and the ticks no point holds are dropped when
-  the clock fills); its count, an offset from its table's oldest count (uint32). A cycle
+  table's j-th point, 6 bytes a point. A point's time is a tick of one clock the store
+  keeps (each update is one tick, and the ticks no point holds are dropped when the
+  clock fills): a uint16 while the clock holds at most 2^16 ticks, a uint32 from the
+  first time it must hold more (below). Its count is an offset from its table's oldest
+  count (uint32). A cycle
   observes every topic in one call (`observe_all`) and estimates every subscription's
   age in another (`ages`: a bisect in every row at once), both in numpy. The arrays are
   `max_points` + 1 columns wide and resident as far as they are filled: a column is
   contiguous, so the pages of columns no table has reached are never touched (numpy
   asks for huge pages, so a column of fewer than ~500k tables is resident with its
   neighbour). Resident at 1M topics, names aside (`tests.bench.pipeline --ages`): 108
-  bytes a topic after two cycles, 588 once full (1,087 as float64 times and int64
-  counts): ~0.6 GB once every table has filled, after `max_points` cycles of new
-  messages.
+  bytes a topic after two cycles, 588 once full with uint32 ticks (1,087 as float64
+  times and int64 counts), 460 with uint16 ones: ~0.5 GB once every table has filled,
+  after `max_points` cycles of new messages. The ticks a store holds are at most the
+  cycles it has run (each table's oldest point stays, so a fleet whose topics began
+  over many cycles holds many): 2^16 is 45 days of one-minute cycles. Past that the
+  ticks widen to uint32 for good, the store as large as it was before uint16 ones.
 - A table spans at most 2^32 − 1 messages, what its offsets hold. A point further from
   the oldest drops the oldest points until it fits, so a backlog older than that many
   messages gets a lower bound, measured from the oldest point kept. At 50,000 messages
@@ -156,6 +161,7 @@ _CHUNK = 4096  # tables thinned at once: their points side by side, ~4 MB
 _FAR = 2**62  # backlogs clipped to this, so that a target is an int64
 _SPAN = 2**32 - 1  # the most messages a table spans: its counts are uint32 offsets
 _TICKS = 1024  # the clock's least room
+_NARROW = 2**16  # the ticks a uint16 names: a clock with room for more takes uint32 ones
 
 
 # What `_update` found a point to be, a code a point.
@@ -175,7 +181,7 @@ class AgeTables:
         self._free: list[int] = []  # rows of tables dropped, for new ones
         self._length = np.zeros(0, np.int64)  # points a row
         self._base = np.zeros(0, np.int64)  # a row's oldest count: its points are offsets
-        self._when = np.zeros((max_points + 1, 0), np.uint32)  # [point, row]: a tick
+        self._when = np.zeros((max_points + 1, 0), np.uint16)  # [point, row]: a tick
         self._counts = np.zeros((max_points + 1, 0), np.uint32)  # [point, row] − base
         self._clock = np.zeros(_TICKS)  # a tick's time: one an update
         self._ticks = 0
@@ -252,11 +258,8 @@ class AgeTables:
             return
         capacity = max(1024, used + rows + (used + rows) // 16)
         width = int(self._length.max()) if self._length.size else 0
-        when = np.zeros((self.max_points + 1, capacity), np.uint32)  # mapped when written
-        counts = np.zeros((self.max_points + 1, capacity), np.uint32)
-        when[:width, :used] = self._when[:width, :used]
-        counts[:width, :used] = self._counts[:width, :used]
-        self._when, self._counts = when, counts
+        self._when = _copied(self._when, width, used, capacity, self._when.dtype)
+        self._counts = _copied(self._counts, width, used, capacity, np.uint32)
         grown = np.zeros(capacity - used, np.int64)
         self._length = np.concatenate([self._length[:used], grown])
         self._base = np.concatenate([self._base[:used], grown])
@@ -270,11 +273,14 @@ class AgeTables:
             held = np.zeros(self._ticks, bool)
             for j in range(width):
                 held[self._when[j, :used][length > j]] = True
-            renumbered = (np.cumsum(held) - 1).astype(np.uint32)
+            kept = self._clock[:self._ticks][held]
+            room = max(_TICKS, 2 * kept.size)
+            if room > _NARROW and self._when.dtype == np.uint16:  # once, for good
+                self._when = _copied(self._when, width, used, self._when.shape[1], np.uint32)
+            renumbered = (np.cumsum(held) - 1).astype(self._when.dtype)
             for j in range(width):  # cells past a table's points: tick 0
                 self._when[j, :used] = np.where(length > j, renumbered[self._when[j, :used]], 0)
-            kept = self._clock[:self._ticks][held]
-            self._clock = np.zeros(max(_TICKS, 2 * kept.size))
+            self._clock = np.zeros(room)
             self._clock[:kept.size], self._ticks = kept, kept.size
         self._clock[self._ticks] = t
         self._ticks += 1
@@ -284,6 +290,7 @@ class AgeTables:
                 ) -> tuple[np.ndarray, int]:
         """One point a row (rows distinct) at time `t`: each point's code, and how many
         points each table over the bound lost (0 if none was)."""
+        tick = self._tick(t)  # first: a full clock renumbers the ticks, may widen them
         when, counts, length = self._when, self._counts, self._length[rows]
         published = np.maximum(published, 0)  # a count below 0 counts none
         last = np.maximum(length - 1, 0)
@@ -296,7 +303,6 @@ class AgeTables:
             & (counts[np.maximum(length - 2, 0), rows] == newest_c)
         code = np.full(rows.size, _APPENDED, np.int8)
         code[flat], code[reset], code[stale] = _COLLAPSED, _RESET, _STALE
-        tick = self._tick(t)
         first = ~begun | reset  # the table (re)starts with this point
         r = rows[first]
         when[0, r], counts[0, r], self._length[r], self._base[r] = tick, 0, 1, published[first]
@@ -419,3 +425,12 @@ class AgeTables:
             self._free.append(r)
         return len(gone)
 
+
+def _copied(points: np.ndarray, width: int, used: int, capacity: int,
+            dtype: np.dtype | type) -> np.ndarray:
+    """`points` ([point, row]) in an array of `capacity` rows of `dtype`, only its first
+    `width` points of its first `used` rows copied: the pages of the rest are mapped when
+    first written."""
+    grown: np.ndarray = np.zeros((points.shape[0], capacity), dtype)
+    grown[:width, :used] = points[:width, :used]
+    return grown

@@ -431,3 +431,33 @@ def test_the_clock_keeps_only_the_times_some_point_holds() -> None:
     assert busy.points(T) == quiet.points(T) and len(busy.points(T)) > 40
     assert busy.points(f"{T}-1")[-1] == Point(4999.5, 4999)
     assert busy._clock.size == 1024  # what the store holds is the point
+
+
+def test_a_clock_past_what_a_uint16_names_widens_its_ticks_and_keeps_every_time() -> None:
+    """A point's tick is a uint16 while the clock has room for at most 2^16: each table's
+    oldest point stays, so a store whose topics began one update apart holds a tick for
+    each. The compaction that needs more room widens the ticks to uint32, once, and every
+    point keeps its time."""
+    tables, n = AgeTables(), 2**16 + 3
+    seen = np.ones(1, bool)
+    for k in range(n):  # a tick each, every one held by the table it began
+        tables.observe_all([f"{T}-{k % 1000}" if k < 2000 else f"{T}-{k}"],
+                           np.array([k]), seen, float(k))
+    assert tables._when.dtype == np.uint32
+    assert tables.points(f"{T}-7") == (Point(7.0, 7), Point(1007.0, 1007))
+    assert tables.points(f"{T}-{n - 1}") == (Point(n - 1.0, n - 1),)
+    assert all(tables.points(f"{T}-{k}") == (Point(float(k), k),) for k in range(2000, n, 997))
+    # and it keeps counting: a second point on a table begun before the widening
+    tables.observe(f"{T}-7", n + 0.5, 5000)
+    assert tables.estimate(f"{T}-7", 1, 5000, now=n + 0.5) == Estimate(0.0, Method.INTERPOLATED)
+    # message #1001, published at 1001 s: between the points of the ticks made first
+    assert tables.estimate(f"{T}-7", 4000, 5000, now=n + 0.5) == Estimate(
+        n + 0.5 - 1001.0, Method.INTERPOLATED)
+
+
+def test_ticks_stay_uint16_while_the_clock_has_room_for_at_most_2_16() -> None:
+    tables = AgeTables()
+    for k in range(20_000):  # 20k ticks held: a clock of room for 2^15 at most
+        tables.observe(f"{T}-{k}", float(k), k)
+    assert tables._when.dtype == np.uint16 and tables._clock.size <= 2**16
+    assert tables.points(f"{T}-19999") == (Point(19999.0, 19999),)
