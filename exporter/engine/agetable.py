@@ -158,6 +158,7 @@ AgeEstimate = NoPoints | NoBacklog | Estimate
 
 
 _CHUNK = 4096  # tables thinned at once: their points side by side, ~4 MB
+_ESTIMATES = 1 << 16  # backlogs estimated at once: a few MB of temporaries
 _FAR = 2**62  # backlogs clipped to this, so that a target is an int64
 _SPAN = 2**32 - 1  # the most messages a table spans: its counts are uint32 offsets
 _TICKS = 1024  # the clock's least room
@@ -368,7 +369,18 @@ class AgeTables:
              ) -> tuple[np.ndarray, np.ndarray]:
         """`estimate` of many backlogs (> 0) at once: each one's age in seconds (NaN for
         `NoPoints`, and where its row is -1) and whether it is a lower bound. `rows` are
-        `observe_all`'s, `published` each row's count as observed now."""
+        `observe_all`'s, `published` each row's count as observed now. Worked out
+        `_ESTIMATES` at a time: the bisect's temporaries over every subscription at once
+        were the decide's largest (+273 MB at 1M topics, 2M subscriptions; tracemalloc)."""
+        ages, lower = np.full(rows.size, np.nan), np.zeros(rows.size, bool)
+        for at in range(0, rows.size, _ESTIMATES):
+            part = slice(at, at + _ESTIMATES)
+            ages[part], lower[part] = self._ages(rows[part], backlogs[part], published[part],
+                                                 now)
+        return ages, lower
+
+    def _ages(self, rows: np.ndarray, backlogs: np.ndarray, published: np.ndarray, now: float,
+              ) -> tuple[np.ndarray, np.ndarray]:
         valid = (rows >= 0) & (rows < self._length.size)
         rows = np.where(valid, rows, 0)
         ages = np.full(rows.size, np.nan)

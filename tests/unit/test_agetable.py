@@ -350,6 +350,30 @@ def test_ages_of_many_tables_at_once_are_each_ones_estimate(histories, backlogs,
             assert (age, bound) == (expected.age_seconds, expected.method is Method.LOWER_BOUND)
 
 
+def test_backlogs_past_one_batch_of_estimates_are_each_ones_estimate() -> None:
+    """`ages` works out its estimates a batch at a time: over three batches and a part,
+    every answer is still `estimate`'s for its table and backlog, in its place."""
+    tables, rng = AgeTables(), random.Random(7)
+    topics = [f"{T}-{i}" for i in range(5)]
+    for k in range(30):
+        for i, topic in enumerate(topics):
+            tables.observe(topic, 60.0 * k + i, (i + 1) * k * k)
+    asked = [(rng.randrange(-1, 5), rng.choice([1, 9, 100, 5000, 10**9]))
+             for _ in range(3 * 2**16 + 5)]
+    rows = np.array([tables._row[topics[i]] if i >= 0 else -1 for i, _ in asked])
+    published = np.array([(i + 1) * 29 * 29 if i >= 0 else 0 for i, _ in asked])
+    ages, lower = tables.ages(rows, np.array([b for _, b in asked]), published, 2000.0)
+    expected = {(i, b): tables.estimate(topics[i], b, (i + 1) * 29 * 29, 2000.0)
+                for i in range(5) for b in (1, 9, 100, 5000, 10**9)}
+    for (i, b), age, bound in zip(asked, ages.tolist(), lower.tolist(), strict=True):
+        if i < 0:
+            assert age != age and not bound
+        else:
+            e = expected[(i, b)]
+            assert isinstance(e, Estimate)
+            assert (age, bound) == (e.age_seconds, e.method is Method.LOWER_BOUND)
+
+
 def test_a_topic_twice_in_one_cycle_is_observed_once() -> None:
     tables = AgeTables()
     seen = np.ones(2, bool)
