@@ -60,14 +60,10 @@ _I = pa.int64()
 # Broker source URLs, one code per row: a fleet's topics and subscriptions share a handful.
 _SOURCE = pa.dictionary(pa.int32(), _S)
 
-# Per subscription, on the broker that owns its topic (see TOPICS for the ownership rule).
+# Per subscription, as a broker's task reads it (SOURCE_SUBSCRIPTIONS, below).
 # last_*_seconds: unix seconds (Apache Pulsar reports milliseconds, pulsar-lite seconds;
 # both are normalised), null when never or not reported.
-SUBSCRIPTIONS = pa.schema([
-    ("topic", _S),
-    ("namespace", _S),
-    ("subscription", _S),
-    ("source", _SOURCE),
+_SUBSCRIPTION_SERIES = [
     ("backlog_messages", _F),  # pulsar_subscription_back_log
     ("unacked_messages", _F),  # pulsar_subscription_unacked_messages
     ("msg_out_total", _F),  # pulsar_out_messages_total{subscription=…}
@@ -78,20 +74,27 @@ SUBSCRIPTIONS = pa.schema([
     ("last_acked_seconds", _F),  # pulsar_subscription_last_acked_timestamp
     ("last_consumed_seconds", _F),  # pulsar_subscription_last_consumed_timestamp
     ("backlog_age_seconds", _F),  # pulsar_subscription_storage_backlog_age_seconds (PIP-492)
+]
+# The Aggregates' subscriptions, on the broker that owns their topic (see TOPICS for the
+# ownership rule): what the stages after the merge read of them, the backlog check and
+# the eviction plan. A broker's other subscription series stay in its task's tables, which
+# sum them into its topics' where the broker printed no topic-level series (tables.py).
+SUBSCRIPTIONS = pa.schema([
+    ("topic", _S),
+    ("subscription", _S),
+    ("source", _SOURCE),
+    ("backlog_messages", _F),
+    ("consumers", _F),
+    ("backlog_age_seconds", _F),
 ])
 
-# Per topic, one row per topic. A topic reported by two brokers (it moved during the cycle)
-# keeps the report with the largest msg_in_total, ties to the smaller source URL: never
-# double-counted, deterministic, and the counter the series already followed (Apache Pulsar's
-# new owner restarts it from 0) goes on until the old owner stops reporting the topic.
-# A column the broker has no topic-level series for is derived from the topic's
-# subscriptions, as Apache Pulsar's NamespaceStatsAggregator derives it: msg_backlog,
-# rate_out, throughput_out, consumers and the out counters are sums over subscriptions,
-# `subscriptions` their count (Apache Pulsar has no topic-level out counters at all).
-TOPICS = pa.schema([
-    ("topic", _S),
-    ("namespace", _S),
-    ("source", _SOURCE),
+# Per topic, as a broker's task reads it (SOURCE_TOPICS, below) and its namespace sums it
+# (NAMESPACES). A column the broker has no topic-level series for is derived from the
+# topic's subscriptions, as Apache Pulsar's NamespaceStatsAggregator derives it:
+# msg_backlog, rate_out, throughput_out, consumers and the out counters are sums over
+# subscriptions, `subscriptions` their count (Apache Pulsar has no topic-level out counters
+# at all).
+_TOPIC_SERIES = [
     ("msg_in_total", _F),  # pulsar_in_messages_total
     ("bytes_in_total", _F),  # pulsar_in_bytes_total
     ("msg_out_total", _F),
@@ -119,6 +122,21 @@ TOPICS = pa.schema([
     ("backlog_age_seconds", _F),  # pulsar_storage_backlog_age_seconds, the slowest cursor's
     ("backlog_quota_limit_bytes", _F),  # pulsar_storage_backlog_quota_limit
     ("backlog_quota_limit_seconds", _F),  # pulsar_storage_backlog_quota_limit_time
+]
+# The Aggregates' topics, one row per topic: what the stages after the merge read of them
+# (the backlog check, its age tables and its sizes). Their namespaces', bundles' and
+# resource groups' sums are the merge's; the other columns went no further, and held 96 MB
+# at 1M topics through the decide. A topic reported by two brokers (it moved during the
+# cycle) keeps the report with the largest msg_in_total, ties to the smaller source URL:
+# never double-counted, deterministic, and the counter the series already followed (Apache
+# Pulsar's new owner restarts it from 0) goes on until the old owner stops reporting it.
+TOPICS = pa.schema([
+    ("topic", _S),
+    ("namespace", _S),
+    ("source", _SOURCE),
+    *[(n, t) for n, t in _TOPIC_SERIES if n in (
+        "msg_in_total", "bytes_in_total", "backlog_size_bytes", "backlog_age_seconds",
+        "backlog_quota_limit_bytes", "backlog_quota_limit_seconds")],
 ])
 # Topic columns that are no quantity of a namespace: never summed, not in NAMESPACES.
 TOPIC_ONLY = ("backlog_age_seconds", "backlog_quota_limit_bytes", "backlog_quota_limit_seconds")
@@ -129,8 +147,7 @@ TOPIC_ONLY = ("backlog_age_seconds", "backlog_quota_limit_bytes", "backlog_quota
 NAMESPACES = pa.schema([
     ("namespace", _S),
     ("topics", _I),
-    *[(f.name, f.type) for f in TOPICS
-      if f.name not in ("topic", "namespace", "source", *TOPIC_ONLY)],
+    *[(n, t) for n, t in _TOPIC_SERIES if n not in TOPIC_ONLY],
 ])
 
 # Per configured resource group × monitoring class (publish = in counters, dispatch = out
@@ -191,11 +208,16 @@ BUNDLES = pa.schema([
 # --- per broker body, as the Spark task that fetched it hands it over (tables.py) ----------
 # Keyed like the tables above, before topics reported by two brokers are de-duplicated.
 SOURCE_SUBSCRIPTIONS = pa.schema([
-    *[f for f in SUBSCRIPTIONS if f.name != "source"],
+    ("topic", _S),
+    ("namespace", _S),
+    ("subscription", _S),
+    *_SUBSCRIPTION_SERIES,
     ("cluster", _S),
 ])
 SOURCE_TOPICS = pa.schema([
-    *[f for f in TOPICS if f.name != "source"],
+    ("topic", _S),
+    ("namespace", _S),
+    *_TOPIC_SERIES,
     ("cluster", _S),
     ("topic_hash", _I),  # CRC-32 of the full topic name: its namespace bundle (merge.py)
 ])
@@ -204,7 +226,7 @@ SOURCE_NAMESPACES = pa.schema([
     ("namespace", _S),
     ("cluster", _S),
     ("topics", _F),  # pulsar_topics_count
-    *[f for f in TOPICS if f.name not in ("topic", "namespace", "source", *TOPIC_ONLY)],
+    *[(n, t) for n, t in _TOPIC_SERIES if n not in TOPIC_ONLY],
 ])
 # One row: the broker-wide pulsar_lb_* gauges (null when the body has none), the process
 # start time (epoch seconds, null when absent), and whether the body printed only
