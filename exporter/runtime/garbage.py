@@ -25,10 +25,22 @@ resident until the next cycle's merge. At 1M topics on 100 brokers with every ag
 full, the driver held 1,753–2,110 MB between cycles as glibc kept it, 1,146–1,153 once
 handed back; at 100k, 301–339 and 220. `after_cycle` took 0.14–0.15 s at 1M, its
 collection included (`tests.bench.steady`).
+
+And from `start` on, every block of `MAPPED_FROM` bytes or more is mapped apart and unmapped
+when freed (glibc's mmap threshold, fixed). numpy asks for huge pages for every array of
+4 MiB or more (`madvise(MADV_HUGEPAGE)` over its pages), and glibc serves blocks of up to
+32 MiB from its heap once it has freed one that large (it raises its threshold to the size
+of each mapped block freed): an array there marks that stretch of the heap for good, and
+every small block glibc places in it later faults in 2 MiB, not 4 KiB. Which stretches an
+array lands on is the luck of a process's allocations: two runs of the same 1M-topic
+cycles held 950 MB between cycles, with 0.5 GB of huge pages (the age tables' own), and
+1,465 MB with 0.9 GB, the heap 707 MB of which 239 were in use, the trim handing back
+little (2026-12-01; /proc/self/smaps_rollup, mallinfo2).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import time
 from collections.abc import Callable
@@ -36,6 +48,8 @@ from collections.abc import Callable
 from exporter.pipeline.merge import release_unused
 
 SPACING = 20
+MAPPED_FROM = 4 << 20  # numpy's huge-page threshold (HUGEPAGE_THRESHOLD, numpy's alloc.c)
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 _NEVER = 2**31 - 1  # the oldest's count grows by one a middle sweep: never this far
 
 
@@ -50,6 +64,7 @@ class FullCollections:
     def start(self) -> None:
         self._thresholds = gc.get_threshold()
         gc.set_threshold(*self._thresholds[:2], _NEVER)
+        map_large_blocks()
 
     def stop(self) -> None:
         """CPython's thresholds as they were (`run` may be called again in one process)."""
@@ -67,3 +82,11 @@ class FullCollections:
             self._due = self._clock() + SPACING * took
         release_unused()
         return due
+
+
+def map_large_blocks() -> bool:
+    """From now on, blocks of `MAPPED_FROM` bytes or more mapped apart (the module
+    docstring), for the life of the process (glibc has no way to read the threshold back).
+    False where the C library is not glibc: it keeps its own ways."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    return bool(mallopt is not None and mallopt(_M_MMAP_THRESHOLD, MAPPED_FROM))

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import weakref
 
+import pytest
+
 from exporter.runtime.garbage import SPACING, FullCollections
 
 
@@ -112,3 +114,42 @@ def test_after_a_cycle_the_pages_it_freed_are_handed_back() -> None:
                           text=True, check=True, timeout=120)
     kept, after = map(float, done.stdout.split())
     assert kept - after > 150, (kept, after)
+
+
+# Where glibc puts an 8 MiB numpy array once it has freed a 16 MiB one (its mmap threshold
+# raised to 16 MiB: it raises it up to 32), with the exporter's collections started or not: the bytes glibc has
+# mapped apart while the array lives (mallinfo2's hblkhd), over those before.
+_LARGE_BLOCK = """
+import ctypes
+import sys
+
+import numpy as np
+
+from exporter.runtime.garbage import FullCollections
+
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "started":
+    FullCollections().start()
+big = np.ones(2 << 20)  # 16 MiB, mapped: freed, it raises glibc's threshold to its size
+del big
+before = libc.mallinfo2().hblkhd
+block = np.ones(1 << 20)  # 8 MiB
+print(libc.mallinfo2().hblkhd - before)
+"""
+
+
+@pytest.mark.parametrize(("how", "mapped"), [("started", True), ("not started", False)])
+def test_from_start_blocks_of_4_mib_or_more_are_mapped_apart(how: str, mapped: bool) -> None:
+    """numpy asks for huge pages for such an array: in the heap it marks that stretch of
+    the heap for good (the module docstring). Not started, glibc serves it from the heap."""
+    done = subprocess.run([sys.executable, "-c", _LARGE_BLOCK, how], capture_output=True,
+                          text=True, check=True, timeout=120)
+    assert (int(done.stdout) >= 8 << 20) is mapped, done.stdout
