@@ -117,8 +117,9 @@ def test_after_a_cycle_the_pages_it_freed_are_handed_back() -> None:
 
 
 # Where glibc puts an 8 MiB numpy array once it has freed a 16 MiB one (its mmap threshold
-# raised to 16 MiB: it raises it up to 32), with the exporter's collections started or not: the bytes glibc has
-# mapped apart while the array lives (mallinfo2's hblkhd), over those before.
+# raised to 16 MiB: it raises it up to 32), with the exporter's collections started or not:
+# the bytes glibc has mapped apart while the array lives (mallinfo2's hblkhd), over those
+# before.
 _LARGE_BLOCK = """
 import ctypes
 import sys
