@@ -17,11 +17,13 @@ from dataclasses import dataclass, field, replace
 from typing import cast
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
 from exporter.engine.agetable import AgeTables
 from exporter.engine.attention import disagrees
-from exporter.engine.columns import counts, floats, positions, ranked, rows_of
+from exporter.engine.columns import counts, floats, positions, ranked, rows_of, shared
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.participant import GroupKey, Participant, Round
 from exporter.engine.publishtimes import Measures, Subscriptions, publish_times
@@ -35,6 +37,22 @@ from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot
 
 NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
+
+
+def _ours(topics: pa.ChunkedArray, own: tuple[str, ...]) -> np.ndarray:
+    """Which topics are our own (usage reports, the enforcer lease): no backlog to check.
+    pulsar-lite names them without their domain, so they arrive as persistent://: what
+    follows the domain is compared. A test of the ending first, in Arrow: most topics fail
+    it, and only those that pass are made strs."""
+    ours = {t.partition("://")[2] for t in own}
+    maybe = np.zeros(len(topics), bool)
+    for ending in ours:
+        maybe |= pc.fill_null(pc.ends_with(topics, ending), False).to_numpy(
+            zero_copy_only=False)
+    at = np.flatnonzero(maybe)
+    mine = np.zeros(len(topics), bool)
+    mine[at] = [t.partition("://")[2] in ours for t in topics.take(at).to_pylist()]
+    return mine
 
 
 @dataclass(frozen=True)
@@ -131,7 +149,8 @@ class Decider:
         admin_at = admin.fetched_at if admin else now
         quotas = self.config.backlog_quotas
         limits, unlimited = Resolver(quotas, admin.quotas if admin else None), Resolver(NO_QUOTAS)
-        topics, namespaces = rows_of(agg.topics, ("topic", "namespace"))
+        # a topic's name and namespace are its keys: never null
+        topics, namespaces = agg.topics["topic"], cast(list[str], shared(agg.topics["namespace"]))
         gauge = floats(agg.topics["backlog_age_seconds"], math.nan)
         # The broker prints -1 until its backlog-quota check has measured the age.
         with np.errstate(invalid="ignore"):
@@ -141,21 +160,19 @@ class Decider:
         backlogs = floats(agg.subscriptions["backlog_messages"], 0.0)
         averages, per_entries = message_sizes(
             agg.topics, slowest_backlogs(at, backlogs, len(topics)), published)
-        # Our own topics (usage reports, the enforcer lease) are no backlog to check.
-        # pulsar-lite names them without their domain, so they arrive as persistent://:
-        # compare what follows the domain.
-        ours = {t.partition("://")[2] for t in (self.config.resource_group_engine.topic,
-                                                quotas.lock_topic)}
-        endings = tuple(ours)  # a test of the ending first: most topics fail it, cheaply
-        checked = np.array([not (t.endswith(endings) and t.partition("://")[2] in ours)
-                            for t in topics], bool)
+        checked = ~_ours(topics, (self.config.resource_group_engine.topic,
+                                  quotas.lock_topic))
         # Every table first, the tables over their bound thinned together (agetable.py).
         observed = counted & checked
         rows = self.ages.observe_all(topics, published, observed, now)
         grouped, estimates, bounds, ordered, printed = self._subscriptions(
             agg, at, backlogs, np.where(observed, rows, -1), published, per_entries, now)
-        # one str a topic across cycles, not one each
-        names = [n or t for n, t in zip(self.ages.names(rows), topics, strict=True)]
+        # one str a topic across cycles, not one each: made here only for those no table
+        # has (topics not observed, which have none)
+        names = cast(list[str], self.ages.names(rows))
+        missing = np.flatnonzero(rows < 0)
+        for i, topic in zip(missing.tolist(), topics.take(missing).to_pylist(), strict=True):
+            names[i] = topic
         views = {r: stats[t] for r, t in enumerate(names) if t in stats} if stats else {}
         subs, self._measured = publish_times(
             grouped, names, checked, estimates, bounds, ordered, printed, gauge, views,
@@ -172,7 +189,7 @@ class Decider:
         for ns, age in zip(columns.namespace, columns.age.tolist(), strict=True):
             if age == age:  # not NaN: known
                 max_age[ns] = max(max_age.get(ns, 0.0), age)
-        self.ages.retain(topics)
+        self.ages.retain_rows(rows)
         return decisions, max_age, self._doubted(agg, decided, resolved, columns.topic)
 
     @staticmethod

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from itertools import pairwise
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -194,8 +195,8 @@ def test_a_topic_keeps_the_name_its_table_was_made_with() -> None:
     tables.observe(later, 60.0, 5)
     assert tables.name(later) is first
     assert tables.name("persistent://t/ns/y") == "persistent://t/ns/y"  # no table: itself
-    tables.observe(later, 120.0, 1)  # a reset makes a new table, with the name it is given
-    assert tables.name(first) is later
+    tables.observe(later, 120.0, 1)  # a reset begins the table anew, under its name
+    assert tables.name(later) is first
 
 
 # --- laws -------------------------------------------------------------------------------------
@@ -372,6 +373,34 @@ def test_backlogs_past_one_batch_of_estimates_are_each_ones_estimate() -> None:
             e = expected[(i, b)]
             assert isinstance(e, Estimate)
             assert (age, bound) == (e.age_seconds, e.method is Method.LOWER_BOUND)
+
+
+def test_an_arrow_column_of_names_is_observed_as_its_strs_are() -> None:
+    """The check hands its topics as the pipeline's Arrow column, made strs a batch at a
+    time: over two batches and a part, with a topic twice and some not seen, the rows, the
+    points and the names are those of the same names as strs."""
+    names = [f"{T}-{i}" for i in range(2**17 + 10)] + [f"{T}-3"]
+    column = pa.chunked_array([pa.array(names[:1000]), pa.array(names[1000:])])
+    strs, arrow = AgeTables(), AgeTables()
+    seen = np.arange(len(names)) % 11 != 0
+    for k in range(3):
+        published = np.arange(len(names)) + 10 * k * (np.arange(len(names)) % 3)
+        if k == 2:
+            published[5] = 0  # a restart: its table begins anew
+        rows = strs.observe_all(names, published, seen, 60.0 * k)
+        assert np.array_equal(arrow.observe_all(column, published, seen, 60.0 * k), rows)
+    assert all(strs.points(n) == arrow.points(n) for n in names[::997])
+    assert arrow.names(rows) == strs.names(rows)
+    assert arrow.name(names[5]) == names[5] and len(arrow) == len(strs)
+
+
+def test_retaining_rows_keeps_the_tables_of_those_rows() -> None:
+    tables = AgeTables()
+    rows = tables.observe_all(["a", "b", "c"], np.zeros(3, np.int64), np.ones(3, bool), 0.0)
+    assert tables.retain_rows(np.array([rows[1], -1])) == 2
+    assert len(tables) == 1 and "b" in tables and tables.points("a") == ()
+    assert tables.observe("a", 60.0, 4) == Inserted()  # a row of its own again
+    assert tables.points("a") == (Point(60.0, 4),)
 
 
 def test_a_topic_twice_in_one_cycle_is_observed_once() -> None:
