@@ -21,6 +21,7 @@ the last cycle measured any, those not measured now (a dict lookup each). A subs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -85,18 +86,45 @@ class Subscriptions:
         return self.messages.tolist(), self.publish.tolist(), self.source.tolist()
 
 
-def first_per_row(rows: np.ndarray, among: np.ndarray, keys: Sequence[np.ndarray],
-                  width: int) -> np.ndarray:
-    """Per row 0 to `width` - 1, the item of `among` (indices) least by `keys`, the first
-    of those that tie (-1 where the row has none): a topic's subscription that sorts
-    first."""
-    best = np.full(width, -1, np.int64)
-    if among.size:
-        order = among[np.lexsort((*(k[among] for k in reversed(keys)), rows[among]))]
-        r = rows[order]
-        firsts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-        best[r[firsts]] = order[firsts]
-    return best
+def first_per_row(starts: np.ndarray, among: np.ndarray, keys: Sequence[np.ndarray],
+                  ) -> np.ndarray:
+    """Per row (row r's items are `starts[r]` to `starts[r + 1]`, as `Subscriptions`'),
+    the item where `among` (a mask) least by `keys` (no NaN in them), the first of those
+    that tie (-1 where the row has none): a topic's subscription that sorts first.
+
+    No sort: each key in turn narrows every row's candidates to those at the row's least
+    value of it, one pass over the items a key (a lexsort of 2M subscriptions by four keys
+    held 130 MB of temporaries at 1M topics)."""
+    lo, hi = int(starts[0]), int(starts[-1])
+    counts = np.diff(starts)
+    candidate = among[lo:hi].copy()
+    for key in keys:
+        values = key[lo:hi]
+        top = _last(values.dtype)
+        least = _least_per_row(np.where(candidate, values, top), starts - lo, counts, top)
+        candidate &= values == np.repeat(least, counts)
+    first = _least_per_row(np.where(candidate, np.arange(hi - lo), hi - lo), starts - lo,
+                           counts, hi - lo)
+    return np.where(first < hi - lo, first + lo, -1)
+
+
+def _last(dtype: np.dtype) -> float | int | bool:
+    """What sorts after every value of `dtype`."""
+    if dtype.kind == "f":
+        return math.inf
+    return True if dtype.kind == "b" else int(np.iinfo(dtype).max)
+
+
+def _least_per_row(values: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+                   none: float | int | bool) -> np.ndarray:
+    """Each row's least of `values` (its items `starts[r]` to `starts[r + 1]`), `none`
+    for a row without items."""
+    if not counts.size:
+        return np.zeros(0, values.dtype)
+    least = np.minimum.reduceat(np.append(values, np.array(none, values.dtype)),
+                                starts[:-1])
+    least[counts == 0] = none
+    return least
 
 
 def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.ndarray,
@@ -112,7 +140,6 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     `before`: the last cycle's measures."""
     row, names, starts = grouped.row, grouped.names, grouped.starts
     ours = (row >= 0) & checked[np.maximum(row, 0)]
-    width = len(topics)
     publish = np.where(np.isnan(estimates), np.nan, now - estimates)
     source = np.where(np.isnan(estimates) | ~bounds, ESTIMATED, LOWER_BOUND).astype(np.int8)
     # The admin REST's topic-level oldest (precise) takes the gauge's place.
@@ -124,8 +151,8 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     gauged = ~np.isnan(gauge)
     gauged[list(precise)] = False
     # The gauge goes to the largest backlog (then the first name); no estimate is older.
-    slowest = first_per_row(row, np.flatnonzero(ours & (backlogs > 0) & gauged[row]),
-                            (-backlogs, grouped.name_rank), width)
+    slowest = first_per_row(starts, ours & (backlogs > 0) & gauged[row],
+                            (-backlogs, grouped.name_rank))
     has = slowest >= 0
     under = ~np.isnan(publish) & ours & has[row]
     publish[under] = np.maximum(publish[under], now - gauge[row[under]])

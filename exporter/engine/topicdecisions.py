@@ -115,13 +115,12 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: Sequence[str]
     """The check of each topic row in `decided` (`limits`: each one's, in that order) over
     `subs` (publishtimes.py). `topics`, `namespaces`, `averages` (bytes per message, NaN:
     unknown) and `checked` are per topic row."""
-    width = len(topics)
     row, messages, publish = subs.row, subs.messages, subs.publish
     unknown = np.isnan(publish)
-    backlogged = np.flatnonzero((row >= 0) & (messages > 0) & checked[np.maximum(row, 0)])
+    backlogged = (row >= 0) & (messages > 0) & checked[np.maximum(row, 0)]
     # _oldest_first: known times first, oldest first; then the largest backlog; then names
-    holder = first_per_row(row, backlogged, (unknown, np.where(unknown, 0.0, publish),
-                                             -messages, subs.name_rank), width)[decided]
+    holder = first_per_row(subs.starts, backlogged, (np.where(unknown, math.inf, publish),
+                                                     -messages, subs.name_rank))[decided]
     has = holder >= 0
     # where none, the item after the last (there may be no subscription at all)
     oldest = np.append(publish, np.nan)[holder]

@@ -26,6 +26,7 @@ from exporter.engine.backlog import (
 )
 from exporter.engine.columns import counts, floats, positions
 from exporter.engine.decide import Decider
+from exporter.engine.publishtimes import first_per_row
 from exporter.engine.quotas import Resolver
 from exporter.engine.sizes import message_sizes, slowest_backlogs
 from exporter.engine.topicdecisions import TopicDecisions
@@ -232,3 +233,28 @@ def test_a_backlog_a_float_rounds_onto_its_limit_is_decided_exactly() -> None:
     (d,) = topics
     assert d.backlog_bytes == 1.0 and d.size is LimitStatus.EXCEEDED
     assert topics.columns.over.tolist() == [True] and topics.over() == [d]
+
+
+@given(st.lists(st.tuples(st.integers(-1, 6), st.booleans(),
+                          st.sampled_from([0.0, 1.5, 2.0, -math.inf, math.inf]),
+                          st.integers(-2, 2), st.integers(0, 2)), max_size=60),
+       st.integers(0, 3))
+def test_each_rows_first_item_is_the_least_by_its_keys_then_the_first(items, extra) -> None:
+    """`first_per_row` narrows by one key at a time, without a sort: each row's answer is
+    the least of its items in `among` by the keys in turn, the first of those that tie, or
+    -1; items of no row (-1, first) and rows without items have none."""
+    items.sort(key=lambda item: item[0])  # grouped by row, as the check's subscriptions are
+    width = max([r for r, *_ in items], default=-1) + 1 + extra
+    rows = np.array([r for r, *_ in items], np.int64)
+    among = np.array([a for _, a, *_ in items], bool)
+    keys = (np.array([k for *_, k, _, _ in items], np.float64),
+            np.array([k for *_, k, _ in items], np.int64),
+            np.array([k for *_, k in items], np.int64))
+    starts = np.searchsorted(rows, np.arange(width + 1))
+    expected = [-1] * width
+    for r in range(width):
+        mine = [j for j in range(len(items)) if items[j][0] == r and items[j][1]]
+        if mine:
+            expected[r] = min(mine, key=lambda j: (*(int(k[j]) if k.dtype.kind == "i"
+                                                      else k[j] for k in keys), j))
+    assert first_per_row(starts, among, keys).tolist() == expected
