@@ -13,8 +13,9 @@ fetched and parsed by the job on Spark. The age tables are first given a history
 never shows, reached after `max_points` cycles of new messages. Then three cycles (the
 job, the merge and its hand-back, the decide, the /metrics body under `max_topics`
 10,000, `FullCollections.after_cycle`); after each, the driver's resident set (this
-process) before and after `after_cycle`, and the cycle's peak (VmHWM); the JVM's and the
-Python workers' peaks at the end.
+process) before and after `after_cycle`, and its peaks (VmHWM) in the job and the merge,
+and in the decide and the publication; the JVM's and the Python workers' peaks at the
+end.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def steady(context, total: int, brokers: int, workdir: Path, cycles: int = 3) ->
             agg = merge(data.tables, {}, malformed=data.malformed)
             data = None
             release_unused()  # as runtime/cycle.py does after the merge
-            t1 = time.perf_counter()
+            t1, merged = time.perf_counter(), _hwm_mb()
+            _reset_hwm()
             decisions = decider.decide(agg, None, now + 60 * cycle)
             agg = None
             _body(decisions, max_topics=10_000)
@@ -89,11 +91,11 @@ def steady(context, total: int, brokers: int, workdir: Path, cycles: int = 3) ->
             handed = time.perf_counter() - t2
             print(f"| {total:,} | {filled:,.0f} | {cycle + 1} | {seconds:.1f} "
                   f"({t1 - t0:.1f}) | {kept:,.0f} | {_status_mb('VmRSS'):,.0f} "
-                  f"({handed * 1e3:.0f} ms) | {peak:,.0f} |", flush=True)
+                  f"({handed * 1e3:.0f} ms) | {merged:,.0f} | {peak:,.0f} |", flush=True)
         collections.stop()
         jvm, workers = _spark_processes()
         print(f"| {total:,} | peaks: JVM {jvm:,.0f} MB, Python workers {workers:,.0f} MB "
-              "||||||", flush=True)
+              "|||||||", flush=True)
     finally:
         server.terminate()
         for f in workdir.iterdir():
@@ -113,8 +115,9 @@ def main() -> None:
     context = get_context(Spark(master=args.master))
     print(f"({args.master}, {os.cpu_count()} cores)\n")
     print("| topics | age tables full MB | cycle | s (job and merge) | driver MB between "
-          "cycles: as glibc keeps it | after `after_cycle` (its time) | driver peak MB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "cycles: as glibc keeps it | after `after_cycle` (its time) | driver peak MB: "
+          "job and merge | decide and publication |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="pqe-bench-") as tmp:
         for total in (int(t) for t in args.topics.split(",")):
             steady(context, total, args.brokers, Path(tmp))
