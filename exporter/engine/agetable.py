@@ -69,14 +69,13 @@ backlog's. Pure: no clock reads, times are passed in (epoch seconds).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeAlias, cast
 
 import numpy as np
-import pyarrow as pa
 
+from exporter.engine.tablerows import Names, TableRows
 from exporter.engine.thinning import thinned
 
 DEFAULT_MAX_POINTS = 60
@@ -161,9 +160,6 @@ AgeEstimate = NoPoints | NoBacklog | Estimate
 
 _CHUNK = 4096  # tables thinned at once: their points side by side, ~4 MB
 _ESTIMATES = 1 << 16  # backlogs estimated at once: a few MB of temporaries
-_NAMES = 1 << 16  # names made strs at once, from an Arrow column
-# A cycle's topic names: strs, or an Arrow column of them (the pipeline's, never null).
-Names: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
 _FAR = 2**62  # backlogs clipped to this, so that a target is an int64
 _SPAN = 2**32 - 1  # the most messages a table spans: its counts are uint32 offsets
 _TICKS = 1024  # the clock's least room
@@ -182,9 +178,7 @@ class AgeTables:
         if max_points < _MIN_POINTS:
             raise ValueError(f"max_points must be ≥ {_MIN_POINTS}, got {max_points}")
         self.max_points = max_points
-        self._row: dict[str, int] = {}
-        self._names: list[str | None] = []  # a row's topic, as its table was made with
-        self._free: list[int] = []  # rows of tables dropped, for new ones
+        self._tables = TableRows()  # which row a topic's table is (tablerows.py)
         self._length = np.zeros(0, np.int64)  # points a row
         self._base = np.zeros(0, np.int64)  # a row's oldest count: its points are offsets
         self._when = np.zeros((max_points + 1, 0), np.uint16)  # [point, row]: a tick
@@ -193,14 +187,18 @@ class AgeTables:
         self._ticks = 0
 
     def __len__(self) -> int:
-        return len(self._row)
+        return len(self._tables)
 
     def __contains__(self, topic: object) -> bool:
-        return topic in self._row
+        return topic in self._tables
+
+    def row(self, topic: str) -> int:
+        """The row of `topic`'s table (`observe_all` answers it), -1 without one."""
+        return self._tables.row(topic)
 
     def points(self, topic: str) -> tuple[Point, ...]:
-        r = self._row.get(topic)
-        if r is None:
+        r = self._tables.row(topic)
+        if r < 0:
             return ()
         n, base = int(self._length[r]), int(self._base[r])
         return tuple(Point(t, base + c) for t, c in zip(
@@ -227,9 +225,7 @@ class AgeTables:
         tables over the bound thinned together (the check's cycle: one call for all its
         topics). Returns each topic's row, for `ages` and `names` (-1: no table).
 
-        `topics` may be an Arrow column: its names are made strs `_NAMES` at a time, and
-        only a new table's is kept (the cycle's names as strs, all at once, were 99 MB at
-        1M topics over the decide's start; tracemalloc)."""
+        `topics` may be an Arrow column (tablerows.py)."""
         rows = self._rows(topics, seen)
         at = np.flatnonzero(seen)
         if at.size and np.bincount(rows[at]).max() > 1:
@@ -240,44 +236,33 @@ class AgeTables:
 
     def _rows(self, topics: Names, seen: np.ndarray) -> np.ndarray:
         """Each topic's row; a new one where `seen` and it has none, else -1."""
-        get, rows = self._row.get, np.empty(len(topics), np.int64)
-        for at, part in _batches(topics):
-            found = rows[at:at + len(part)]
-            found[:] = np.fromiter((get(topic, -1) for topic in part), np.int64, len(part))
-            fresh = np.flatnonzero(seen[at:at + len(part)] & (found < 0)).tolist()
-            self._reserve(len(fresh) - len(self._free))
-            for i in fresh:
-                topic = part[i]
-                r = self._row.get(topic)  # a topic twice in one call: one row
-                if r is None:
-                    r = self._free.pop() if self._free else len(self._names)
-                    if r == len(self._names):
-                        self._names.append(None)
-                    self._row[topic], self._names[r], self._length[r] = r, topic, 0
-                found[i] = r
+        rows, new = self._tables.find(topics, seen)
+        self._reserve()
+        self._length[new] = 0
         return rows
 
-    def _reserve(self, rows: int) -> None:
-        """Room for `rows` more tables. The arrays grow by a sixteenth more than asked:
+    def _reserve(self) -> None:
+        """Room for every row given out. The arrays grow by a sixteenth more than asked:
         transparent huge pages make a column resident 2 MB at a time, so room held
         for tables to come is resident once the columns fill. Only the columns some
         table reached are copied."""
-        used = len(self._names)
-        if used + rows <= self._length.size:
+        used, held = self._tables.used, self._length.size
+        if used <= held:
             return
-        capacity = max(1024, used + rows + (used + rows) // 16)
-        width = int(self._length.max()) if self._length.size else 0
-        self._when = _copied(self._when, width, used, capacity, self._when.dtype)
-        self._counts = _copied(self._counts, width, used, capacity, np.uint32)
-        grown = np.zeros(capacity - used, np.int64)
-        self._length = np.concatenate([self._length[:used], grown])
-        self._base = np.concatenate([self._base[:used], grown])
+        capacity = max(1024, used + used // 16)
+        width = int(self._length.max()) if held else 0
+        self._when = _copied(self._when, width, held, capacity, self._when.dtype)
+        self._counts = _copied(self._counts, width, held, capacity, np.uint32)
+        grown = np.zeros(capacity - held, np.int64)
+        self._length = np.concatenate([self._length, grown])
+        self._base = np.concatenate([self._base, grown])
 
     def _tick(self, t: float) -> int:
         """A tick for time `t`. A full clock is first rid of the ticks no point holds,
         then has room for as many again as it keeps (at least `_TICKS`)."""
         if self._ticks == self._clock.size:
-            used, length = len(self._names), self._length[:len(self._names)]
+            used = self._tables.used
+            length = self._length[:used]
             width = int(length.max()) if used else 0
             held = np.zeros(self._ticks, bool)
             for j in range(width):
@@ -367,7 +352,7 @@ class AgeTables:
         """
         if backlog_messages <= 0:
             return NoBacklog()
-        ages, lower = self.ages(np.array([self._row.get(topic, -1)]),
+        ages, lower = self.ages(np.array([self._tables.row(topic)]),
                                 np.array([backlog_messages]), np.array([published_total]), now)
         if ages[0] != ages[0]:
             return NoPoints()
@@ -423,40 +408,26 @@ class AgeTables:
 
     # --- names and rows -----------------------------------------------------------------------
     def name(self, topic: str) -> str:
-        """The str this table was made with for `topic` (equal to it). Whoever keeps a
-        topic's name past the cycle takes this one: each cycle's tables spell every name
-        afresh (a second copy of each was 78 bytes a topic at 100k topics, tracemalloc)."""
-        r = self._row.get(topic)
-        return topic if r is None else self._names[r] or topic
+        """The str the table of `topic` keeps (tablerows.py): whoever keeps a topic's name
+        past the cycle takes this one."""
+        return self._tables.name(topic)
 
     def names(self, rows: np.ndarray) -> list[str | None]:
         """`name` of each row (`observe_all`'s), None for -1."""
-        names = self._names
-        return [names[r] if r >= 0 else None for r in rows.tolist()]
+        return self._tables.names(rows)
 
     def retain_rows(self, rows: np.ndarray) -> int:
         """Keep only the tables of these rows (`observe_all`'s; -1 ignored), as `retain`
         does of their topics; returns how many were dropped."""
-        kept = np.zeros(len(self._names), bool)
-        kept[rows[(rows >= 0) & (rows < kept.size)]] = True
-        gone = [r for r in np.flatnonzero(~kept).tolist() if self._names[r] is not None]
-        for r in gone:
-            self._drop(r)
-        return len(gone)
+        return self._dropped(self._tables.retain_rows(rows))
 
     def retain(self, topics: Iterable[str]) -> int:
         """Keep only these topics' tables (the others vanished); returns how many were dropped."""
-        keep = set(topics)
-        gone = [r for topic, r in self._row.items() if topic not in keep]
-        for r in gone:
-            self._drop(r)
-        return len(gone)
+        return self._dropped(self._tables.retain(topics))
 
-    def _drop(self, r: int) -> None:
-        del self._row[cast(str, self._names[r])]
-        self._names[r] = None
-        self._length[r] = 0
-        self._free.append(r)
+    def _dropped(self, rows: list[int]) -> int:
+        self._length[rows] = 0
+        return len(rows)
 
 
 def _copied(points: np.ndarray, width: int, used: int, capacity: int,
@@ -467,11 +438,4 @@ def _copied(points: np.ndarray, width: int, used: int, capacity: int,
     grown: np.ndarray = np.zeros((points.shape[0], capacity), dtype)
     grown[:width, :used] = points[:width, :used]
     return grown
-
-
-def _batches(topics: Names) -> Iterator[tuple[int, Sequence[str]]]:
-    """(offset, names) `_NAMES` at a time, as strs."""
-    for at in range(0, len(topics), _NAMES):
-        part = topics[at:at + _NAMES]
-        yield at, part.to_pylist() if isinstance(part, pa.Array | pa.ChunkedArray) else part
 

@@ -340,7 +340,7 @@ def test_ages_of_many_tables_at_once_are_each_ones_estimate(histories, backlogs,
                 published[topic] += history[step][1]
                 tables.observe(topic, t + history[step][0] / 1e4, published[topic])
     asked = [(topic, backlog) for topic in (*topics, "never observed") for backlog in backlogs]
-    rows = np.array([tables._row.get(topic, -1) for topic, _ in asked])
+    rows = np.array([tables.row(topic) for topic, _ in asked])
     counts = np.array([published.get(topic, 0) for topic, _ in asked])
     ages, lower = tables.ages(rows, np.array([b for _, b in asked]), counts, t + lag)
     for (topic, backlog), age, bound in zip(asked, ages.tolist(), lower.tolist(), strict=True):
@@ -361,7 +361,7 @@ def test_backlogs_past_one_batch_of_estimates_are_each_ones_estimate() -> None:
             tables.observe(topic, 60.0 * k + i, (i + 1) * k * k)
     asked = [(rng.randrange(-1, 5), rng.choice([1, 9, 100, 5000, 10**9]))
              for _ in range(3 * 2**16 + 5)]
-    rows = np.array([tables._row[topics[i]] if i >= 0 else -1 for i, _ in asked])
+    rows = np.array([tables.row(topics[i]) if i >= 0 else -1 for i, _ in asked])
     published = np.array([(i + 1) * 29 * 29 if i >= 0 else 0 for i, _ in asked])
     ages, lower = tables.ages(rows, np.array([b for _, b in asked]), published, 2000.0)
     expected = {(i, b): tables.estimate(topics[i], b, (i + 1) * 29 * 29, 2000.0)
