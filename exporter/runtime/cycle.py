@@ -262,7 +262,7 @@ class Exporter:
                 quotas = self.config.backlog_quotas
                 acted = self.enforcement.act(
                     decisions, enforce=quotas.enforce, evictor=self.parts.evictor,
-                    consumers=lambda: consumers_seen(agg), lease=self.parts.lease,
+                    consumers=partial(consumers_seen, agg), lease=self.parts.lease,
                     system_cursors=quotas.evict_system_cursors)
             self.tallies.count(acted)
             self._last_decisions = decisions
