@@ -25,8 +25,9 @@ from exporter.engine.agetable import AgeTables
 from exporter.engine.attention import disagrees
 from exporter.engine.columns import counts, floats, positions, ranked, rows_of, shared
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
+from exporter.engine.measures import Measures
 from exporter.engine.participant import GroupKey, Participant, Round
-from exporter.engine.publishtimes import Measures, Subscriptions, publish_times
+from exporter.engine.publishtimes import Subscriptions, publish_times
 from exporter.engine.quotas import ResolvedQuota, Resolver
 from exporter.engine.sizes import message_sizes, slowest_backlogs
 from exporter.engine.systemtopics import is_system_topic
@@ -96,7 +97,7 @@ class Decider:
         self.participant = participant or config.resource_group_engine.participant
         self.ages = AgeTables()
         # (topic, subscription) → (publish time, backlog) last read from the broker itself
-        self._measured: Measures = {}
+        self._measured = Measures.empty()
         self._counters = UsageCounter()
         self._last_at: float | None = None
         self.peer = Participant(self.participant, config.resource_group_engine)

@@ -29,6 +29,7 @@ from functools import cached_property
 import numpy as np
 
 from exporter.engine.backlog import SubscriptionBacklog, TimeSource
+from exporter.engine.measures import Measures, hashes
 from exporter.sources.model import TopicStats
 
 # A subscription's time source, as a code: the index into SOURCES.
@@ -36,7 +37,6 @@ SOURCES = (TimeSource.ESTIMATED, TimeSource.LOWER_BOUND, TimeSource.BROKER,
            TimeSource.PRECISE)
 ESTIMATED, LOWER_BOUND, BROKER, PRECISE = range(len(SOURCES))
 
-Measures = dict[tuple[str, str], tuple[float, int]]  # (topic, subscription) → time, backlog
 
 
 @dataclass(frozen=True)
@@ -167,13 +167,14 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     sizes = _admin_subscriptions(starts, names, stats, admin_at, publish, source)
     backlogged = ours & (grouped.messages > 0)
     publish[~backlogged], source[~backlogged] = np.nan, ESTIMATED
-    measured = backlogged & (source >= BROKER)
-    measures = {(topics[r], names[j]): (t, m) for r, j, t, m in zip(
-        row[measured].tolist(), np.flatnonzero(measured).tolist(),
-        publish[measured].tolist(), grouped.messages[measured].tolist(), strict=True)}
+    measured = np.flatnonzero(backlogged & (source >= BROKER))
+    measures = Measures.of([topics[r] for r in row[measured].tolist()],
+                           [names[j] for j in measured.tolist()], publish[measured],
+                           grouped.messages[measured])
     done = replace(grouped, publish=publish, source=source, sizes=sizes)
-    if before:
-        _carry(done, topics, np.flatnonzero(backlogged & ~measured), before, measures)
+    if not before.within(measures.keys):  # some measure of the last cycle is not taken now
+        unmeasured = np.setdiff1d(np.flatnonzero(backlogged), measured, assume_unique=True)
+        measures = measures.joined(_carry(done, topics, unmeasured, before))
     return done, measures
 
 
@@ -198,15 +199,17 @@ def _admin_subscriptions(starts: np.ndarray, names: Sequence[str],
 
 
 def _carry(subs: Subscriptions, topics: Sequence[str], unmeasured: np.ndarray,
-           before: Measures, measures: Measures) -> None:
+           before: Measures) -> Measures:
     """A subscription measured before and not now keeps that time while its backlog has
-    not shrunk, and the measure goes on (as long as it holds)."""
+    not shrunk, and the measure goes on (as long as it holds): those measures."""
     publish, source, names, row = subs.publish, subs.source, subs.names, subs.row
-    for j in unmeasured.tolist():
-        key = (topics[row[j]], names[j])
-        if (last := before.get(key)) is None:
-            continue
-        t = publish[j]
-        if subs.messages[j] >= last[1] and (t != t or t > last[0]):
-            publish[j], source[j] = last[0], ESTIMATED
-            measures[key] = last
+    held = [topics[r] for r in row[unmeasured].tolist()]
+    named = [names[j] for j in unmeasured.tolist()]
+    found = before.find(held, named, hashes(held, named))
+    j, i = unmeasured[found >= 0], found[found >= 0]
+    t = publish[j]
+    goes_on = (subs.messages[j] >= before.backlogs[i]) & (np.isnan(t) | (t > before.times[i]))
+    j, i = j[goes_on], i[goes_on]
+    publish[j], source[j] = before.times[i], ESTIMATED
+    return Measures.of(before.topics[i].tolist(), before.subscriptions[i].tolist(),
+                       before.times[i], before.backlogs[i])
