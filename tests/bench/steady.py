@@ -4,7 +4,7 @@ what is left between cycles, as the exporter holds it and as glibc would keep it
 the hand-back. Prints a Markdown table; not a test.
 
     .venv/bin/python -m tests.bench.steady [--topics 100000,1000000] [--brokers 100]
-        [--master local[2]]
+        [--master local[2]] [--pip323]
 
 `--brokers` bodies share the topics (each its own names, every topic under a default quota
 that evicts: `tests.bench.pipeline`'s), served over loopback HTTP by a separate process and
@@ -40,7 +40,8 @@ from tests.bench.pipeline import (
 from tests.harness.synthetic import BodySpec, body_text
 
 
-def steady(context, total: int, brokers: int, workdir: Path, cycles: int = 3) -> None:
+def steady(context, total: int, brokers: int, workdir: Path, cycles: int = 3,
+           pip323: bool = False) -> None:
     from exporter.config.load import parse
     from exporter.config.model import BrokerSource
     from exporter.engine.agetable import DEFAULT_MAX_POINTS
@@ -49,7 +50,8 @@ def steady(context, total: int, brokers: int, workdir: Path, cycles: int = 3) ->
     from exporter.pipeline.scrape import BrokerScrape, on_spark
     from exporter.runtime.garbage import FullCollections
 
-    template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
+    template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False,
+                                  pip323=pip323))
     for b in range(brokers):
         (workdir / f"b{b}.prom").write_text(template.replace("/b0-topic-", f"/b{b}-topic-"))
     del template
@@ -107,6 +109,8 @@ def main() -> None:
     parser.add_argument("--topics", default="100000")
     parser.add_argument("--brokers", type=int, default=100)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--pip323", action="store_true",
+                        help="bodies that print PIP-323's age of each topic (Pulsar >= 3.2)")
     args = parser.parse_args()
 
     from exporter.config.model import Spark
@@ -120,7 +124,7 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="pqe-bench-") as tmp:
         for total in (int(t) for t in args.topics.split(",")):
-            steady(context, total, args.brokers, Path(tmp))
+            steady(context, total, args.brokers, Path(tmp), pip323=args.pip323)
 
 
 if __name__ == "__main__":

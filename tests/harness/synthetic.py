@@ -28,6 +28,7 @@ TOPIC_FAMILIES = (
     "pulsar_storage_offloaded_size", "pulsar_storage_backlog_quota_limit",
     "pulsar_storage_backlog_quota_limit_time", "pulsar_in_bytes_total", "pulsar_in_messages_total",
 )
+PIP323_FAMILY = "pulsar_storage_backlog_age_seconds"
 SUBSCRIPTION_FAMILIES = (
     "pulsar_subscription_back_log", "pulsar_subscription_back_log_no_delayed",
     "pulsar_subscription_delayed", "pulsar_subscription_msg_rate_redeliver",
@@ -54,6 +55,9 @@ class BodySpec:
     # Real bodies repeat a TYPE line where expositions are concatenated; Prometheus' own
     # strict parser (promtool) stops there, so a benchmark comparing with it turns it off.
     concatenated: bool = True
+    # Apache Pulsar >= 3.2 prints PIP-323's age of each topic's slowest backlog
+    # (`pulsar_storage_backlog_age_seconds`, seconds; 2 minutes and more here).
+    pip323: bool = False
 
     def namespace(self, i: int) -> str:
         return f"{self.tenant}/ns-{i % self.namespaces}"
@@ -83,6 +87,7 @@ def topic_value(family: str, i: int, subscriptions: int = 2) -> float:
         "pulsar_storage_backlog_size": float(100 * (i % 50)),
         "pulsar_rate_in": (i % 7) * 1.5,
         "pulsar_throughput_in": (i % 7) * 150.0,
+        PIP323_FAMILY: float(120 + i % 600),
     }.get(family, float(i % 3))
 
 
@@ -137,7 +142,7 @@ def _header(cluster: str, concatenated: bool) -> Iterator[str]:
 
 def _topic_blocks(spec: BodySpec) -> Iterator[str]:
     c = f'cluster="{spec.cluster}"'
-    for family in TOPIC_FAMILIES:
+    for family in TOPIC_FAMILIES + (PIP323_FAMILY,) * spec.pip323:
         out = io.StringIO()
         out.write(f"# TYPE {family} gauge\n")
         for i in range(spec.topics):
