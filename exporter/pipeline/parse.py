@@ -48,14 +48,11 @@ from exporter.pipeline.otel import OTEL_TOPIC_FAMILIES
 # Families the exporter reads, by the level whose labels they carry (model.Level).
 SUBSCRIPTION_FAMILIES: dict[str, str] = {
     "pulsar_subscription_back_log": "backlog_messages",
-    "pulsar_subscription_unacked_messages": "unacked_messages",
     "pulsar_out_messages_total": "msg_out_total",
     "pulsar_out_bytes_total": "bytes_out_total",
     "pulsar_subscription_consumers_count": "consumers",
     "pulsar_subscription_msg_rate_out": "rate_out",
     "pulsar_subscription_msg_throughput_out": "throughput_out",
-    "pulsar_subscription_last_acked_timestamp": "last_acked_seconds",
-    "pulsar_subscription_last_consumed_timestamp": "last_consumed_seconds",
     # PIP-492 (Pulsar 5.0, exposeSubscriptionBacklogAgeInPrometheus): not printed when unknown
     "pulsar_subscription_storage_backlog_age_seconds": "backlog_age_seconds",
 }

@@ -46,10 +46,6 @@ from exporter.pipeline.parse import (
 from exporter.pipeline.pivot import Samples, pivot
 from exporter.sources.model import SourceHealth
 
-# Apache Pulsar reports the subscription timestamps in epoch milliseconds, pulsar-lite in
-# seconds; 1e11 s is the year 5138, 1e11 ms is 1973: above it, a value is milliseconds.
-_MILLIS_ABOVE = 1e11
-_TIMESTAMP_COLUMNS = ("last_acked_seconds", "last_consumed_seconds")
 # Topic columns that fall back to the subscriptions' sum (or count) when absent, as Apache
 # Pulsar's NamespaceStatsAggregator derives them.
 FROM_SUBSCRIPTIONS = {
@@ -64,7 +60,7 @@ FROM_SUBSCRIPTIONS = {
 _TOPIC_COLUMNS = list(dict.fromkeys(TOPIC_FAMILIES.values()))
 # Columns the broker counts in Java longs: messages, bytes, producers, consumers, topics.
 _COUNT_COLUMNS = frozenset({
-    "backlog_messages", "unacked_messages", "msg_in_total", "bytes_in_total", "msg_out_total",
+    "backlog_messages", "msg_in_total", "bytes_in_total", "msg_out_total",
     "bytes_out_total", "storage_size_bytes", "backlog_size_bytes", "msg_backlog", "producers",
     "consumers", "subscriptions", "topics"})
 _COUNTS = np.isin(np.arange(len(FAMILIES)), [FAMILIES.index(f) for families in (
@@ -146,8 +142,9 @@ def source_tables(parts: Sequence[Parsed], rule: TopicFilter = KEEP_ALL) -> Sour
     def at(wanted: Level) -> Samples:
         return samples.where(level == LEVELS.index(wanted))
 
-    subscriptions = _subscriptions(at(Level.SUBSCRIPTION))
-    topics = _topics(at(Level.TOPIC), subscriptions)
+    every_series = _subscriptions(at(Level.SUBSCRIPTION))
+    topics = _topics(at(Level.TOPIC), every_series)
+    subscriptions = every_series.select(SOURCE_SUBSCRIPTIONS.names)
     filtered = 0
     if rule.active:
         subscriptions = subscriptions.filter(keep(subscriptions["topic"], rule))
@@ -215,21 +212,16 @@ def _distinct(table: pa.Table, keys: Sequence[str]) -> bool:
     return table.group_by(list(keys), use_threads=False).aggregate([]).num_rows == table.num_rows
 
 
-def _seconds(value: pa.ChunkedArray) -> pa.Array:
-    """A broker timestamp as unix seconds; null for 0/negative (never) or NaN."""
-    never = pc.or_(pc.less_equal(value, 0.0), pc.is_nan(value))
-    seconds = pc.if_else(pc.greater(value, _MILLIS_ABOVE), pc.divide(value, 1000.0), value)
-    return pc.if_else(pc.fill_null(never, True), pa.scalar(None, _F), seconds)
-
-
 def _subscriptions(samples: pa.Table) -> pa.Table:
+    """Every series of `SUBSCRIPTION_FAMILIES` a subscription, with its namespace and
+    cluster: what its topic's row may be derived from (`_topics`), before what leaves
+    the task is cut to SOURCE_SUBSCRIPTIONS."""
     raw = _pivot(samples, ["topic", "namespace", "partition", "subscription"],
                  SUBSCRIPTION_FAMILIES)
-    table = _keyed(raw, ["topic", "subscription"], list(SUBSCRIPTION_FAMILIES.values()))
-    for column in _TIMESTAMP_COLUMNS:
-        i = table.schema.get_field_index(column)
-        table = table.set_column(i, column, _seconds(table[column]))
-    return _shaped(table, SOURCE_SUBSCRIPTIONS)
+    values = list(SUBSCRIPTION_FAMILIES.values())
+    table = _keyed(raw, ["topic", "subscription"], values)
+    return _shaped(table, pa.schema([("topic", _S), ("namespace", _S), ("subscription", _S),
+                                     *[(v, _F) for v in values], ("cluster", _S)]))
 
 
 def _topics(samples: pa.Table, subscriptions: pa.Table) -> pa.Table:

@@ -182,7 +182,9 @@ def test_escaped_quotes_commas_empty_values_and_newlines_in_label_values():
     subs = _by(_tables(QUIRKS).subscriptions, "subscription")
     assert set(subs) == {'we "quote", and, commas={x}', "s2", "back\\slash\nnewline"}
     assert subs['we "quote", and, commas={x}']["backlog_messages"] == 7.0
-    assert subs["s2"]["cluster"] is None  # cluster="" is the label absent, as in Prometheus
+    # cluster="" is the label absent, as in Prometheus
+    assert [r["cluster"] for r in _rows(QUIRKS) if r["subscription"] == "s2"
+            and r["name"] == "pulsar_subscription_back_log"] == [None]
     assert subs["s2"]["backlog_messages"] == 3.0
     assert subs["back\\slash\nnewline"]["backlog_messages"] == 1.0
 
@@ -190,8 +192,8 @@ def test_escaped_quotes_commas_empty_values_and_newlines_in_label_values():
 def test_series_that_are_not_entity_samples_are_left_out_uncounted():
     tables = _tables(QUIRKS)
     # per-consumer counters: the subscription-level one is what the exporter reads, and
-    # the body has none for s2, so its out counter stays unknown
-    assert _by(tables.subscriptions, "subscription")["s2"]["msg_out_total"] is None
+    # the body has none for s2, so the out counter its topic sums stays unknown
+    assert _by(tables.topics, "topic")["persistent://t/n/a"]["msg_out_total"] is None
     # remote_cluster="local" is the namespace's own backlog; "east" is replication;
     # `pulsar_msg_backlog{cluster="c"} 0` describes no entity
     assert [(n["namespace"], n["msg_backlog"]) for n in tables.namespaces.to_pylist()] == [
@@ -218,11 +220,11 @@ def test_pulsar_lite_short_names_become_full_keys():
         "persistent://public/default/orders-partition-1": 4.0,
         "persistent://tn/ns2/with,comma": 6.0,
     }
-    backlog = {s["subscription"]: (s["topic"], s["namespace"], s["backlog_messages"])
+    backlog = {s["subscription"]: (s["topic"], s["backlog_messages"])
                for s in tables.subscriptions.to_pylist()}
     assert backlog == {
-        "sub-a": ("persistent://public/default/t1", "public/default", 4.0),
-        'sub"q': ("persistent://public/default/t1", "public/default", 5.0),
+        "sub-a": ("persistent://public/default/t1", 4.0),
+        'sub"q': ("persistent://public/default/t1", 5.0),
     }
     # the topic's backlog is its subscriptions' sum where the broker prints none
     assert _by(tables.topics, "topic")["persistent://public/default/t1"]["msg_backlog"] == 9.0
@@ -237,13 +239,13 @@ def test_an_entity_printed_under_two_label_sets_is_one_row_of_their_largest_valu
         f'pulsar_in_messages_total{{cluster="c",namespace="t/n",{labels}}} {msg_in}\n'
         f'pulsar_subscription_back_log{{cluster="c",namespace="t/n",{labels},'
         f'subscription="s"}} {backlog}\n'
-        f'pulsar_subscription_unacked_messages{{cluster="c",namespace="t/n",{labels},'
-        f'subscription="s"}} {unacked}\n'
-        for labels, msg_in, backlog, unacked in ((full, 7, 3, 9), (split, 5, 4, 1)))
+        f'pulsar_subscription_consumers_count{{cluster="c",namespace="t/n",{labels},'
+        f'subscription="s"}} {consumers}\n'
+        for labels, msg_in, backlog, consumers in ((full, 7, 3, 9), (split, 5, 4, 1)))
     tables = _tables(body)
     topic = "persistent://t/n/p-partition-1"
     assert [(t["topic"], t["msg_in_total"]) for t in tables.topics.to_pylist()] == [(topic, 7.0)]
-    assert [(s["topic"], s["subscription"], s["backlog_messages"], s["unacked_messages"])
+    assert [(s["topic"], s["subscription"], s["backlog_messages"], s["consumers"])
             for s in tables.subscriptions.to_pylist()] == [(topic, "s", 4.0, 9.0)]
 
 
