@@ -94,8 +94,8 @@ class Enforcement:
             lease: EnforcerLease | None = None,
             system_cursors: bool = False) -> Acted:
         """`consumers` is called only when there is something to evict, with the topics
-        that have orders. `lease`: enforcing
-        with others, evict only while holding it (None: alone, as a test's evictor is).
+        that have orders. `lease`: enforcing with others, evict only while holding it
+        (None: alone, as a test's evictor is).
         `system_cursors` (backlog_quotas.evict_system_cursors): cut `__compaction` too."""
         namespaces = {d.topic: d.namespace for d in decisions.topics.over()}
         if not enforce:

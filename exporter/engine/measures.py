@@ -77,6 +77,13 @@ class Measures:
         at = np.minimum(np.searchsorted(keys, self.keys), max(keys.size - 1, 0))
         return bool(keys.size and (keys[at] == self.keys).all()) or not len(self)
 
+    def taken(self, entries: np.ndarray) -> Measures:
+        """These entries (indices, each once), still in key order: their keys kept, not
+        hashed again."""
+        i = np.sort(entries)
+        return Measures(self.keys[i], self.topics[i], self.subscriptions[i], self.times[i],
+                        self.backlogs[i])
+
     def joined(self, other: Measures) -> Measures:
         """Both's entries (no key in both)."""
         if not len(other):

@@ -13,8 +13,9 @@ shrunk: the topic was loaded again (a bundle moved, a broker restarted) and its 
 run its backlog-quota check yet, while its counters restarted at 0 and reset our age table.
 
 Each rule is a masked assignment over every subscription, from the weakest source to the
-best. Visited one by one: the subscriptions of topics with an admin REST view, and, while
-the last cycle measured any, those not measured now (a dict lookup each). A subscription's
+best. Visited one by one: the subscriptions of topics with an admin REST view, and, when
+some measure of the last cycle is not taken now, those not measured now (measures.py, a
+search by key hash each). A subscription's
 `SubscriptionBacklog` is made only when a decision that holds it is
 (engine/topicdecisions.py).
 """
@@ -211,5 +212,4 @@ def _carry(subs: Subscriptions, topics: Sequence[str], unmeasured: np.ndarray,
     goes_on = (subs.messages[j] >= before.backlogs[i]) & (np.isnan(t) | (t > before.times[i]))
     j, i = j[goes_on], i[goes_on]
     publish[j], source[j] = before.times[i], ESTIMATED
-    return Measures.of(before.topics[i].tolist(), before.subscriptions[i].tolist(),
-                       before.times[i], before.backlogs[i])
+    return before.taken(i)

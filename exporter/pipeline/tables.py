@@ -70,6 +70,11 @@ _OTEL = np.isin(np.arange(len(FAMILIES)), [FAMILIES.index(f) for f in OTEL_TOPIC
 _STARTED = FAMILIES.index("process_start_time_seconds")
 _F = pa.float64()
 _S = pa.string()
+# A subscription as the task pivots it, before what leaves the task is cut to
+# SOURCE_SUBSCRIPTIONS: every series of SUBSCRIPTION_FAMILIES, its namespace and cluster.
+_EVERY_SERIES = pa.schema([("topic", _S), ("namespace", _S), ("subscription", _S),
+                           *[(v, _F) for v in SUBSCRIPTION_FAMILIES.values()],
+                           ("cluster", _S)])
 
 
 @dataclass(frozen=True)
@@ -213,15 +218,12 @@ def _distinct(table: pa.Table, keys: Sequence[str]) -> bool:
 
 
 def _subscriptions(samples: pa.Table) -> pa.Table:
-    """Every series of `SUBSCRIPTION_FAMILIES` a subscription, with its namespace and
-    cluster: what its topic's row may be derived from (`_topics`), before what leaves
-    the task is cut to SOURCE_SUBSCRIPTIONS."""
+    """Each subscription as `_EVERY_SERIES`: what its topic's row may be derived from
+    (`_topics`)."""
     raw = _pivot(samples, ["topic", "namespace", "partition", "subscription"],
                  SUBSCRIPTION_FAMILIES)
-    values = list(SUBSCRIPTION_FAMILIES.values())
-    table = _keyed(raw, ["topic", "subscription"], values)
-    return _shaped(table, pa.schema([("topic", _S), ("namespace", _S), ("subscription", _S),
-                                     *[(v, _F) for v in values], ("cluster", _S)]))
+    table = _keyed(raw, ["topic", "subscription"], list(SUBSCRIPTION_FAMILIES.values()))
+    return _shaped(table, _EVERY_SERIES)
 
 
 def _topics(samples: pa.Table, subscriptions: pa.Table) -> pa.Table:

@@ -43,3 +43,6 @@ def test_a_lost_measure_is_seen_and_the_carried_ones_join_the_next() -> None:
     both = partly.joined(carried)
     assert (both.get(f"{T}1", "s"), both.get(f"{T}2", "s")) == ((1.0, 1), (3.0, 3))
     assert np.all(np.diff(both.keys) >= 0)  # still in key order
+    taken = now.taken(np.array([2, 0]))  # entries kept as they are, in key order
+    assert taken.keys.tolist() == now.keys[[0, 2]].tolist()
+    assert taken.get(now.topics[2], "s") == (float(now.times[2]), int(now.backlogs[2]))
