@@ -46,25 +46,25 @@ def label_columns(sets: pa.LargeStringArray, escaped: bool,
 def _labels(data: np.ndarray, off: np.ndarray, escaped: bool,
             ) -> tuple[dict[str, pa.DictionaryArray], np.ndarray]:
     """The `LABELS` columns of each set (set i is data[off[i]:off[i + 1]], its "{" first and
-    its "}" last) and whether it names any label twice."""
-    brace, close = off[:-1], off[1:] - 1
-    n = len(brace)
+    its "}" last) and whether it names any label twice. Every '"' left is a label value's
+    (the grammar was checked, escaped ones stand in as placeholders), so they pair up in
+    order, each pair inside one set."""
+    n = len(off) - 1
     quotes = np.flatnonzero(data == ord('"'))
-    row = np.searchsorted(off, quotes, "right") - 1
-    inside = (quotes > brace[row]) & (quotes < close[row])
-    quotes, row = quotes[inside], row[inside]
-    opening, closing, row = quotes[0::2], quotes[1::2], row[0::2]
+    opening, closing = quotes[0::2], quotes[1::2]
+    pairs = np.diff(np.searchsorted(opening, off))  # a set's pairs are consecutive
+    row = np.repeat(np.arange(n), pairs)
     first = np.ones(len(row), bool)
     first[1:] = row[1:] != row[:-1]
-    key_from = np.where(first, brace[row] + 1, np.roll(closing, 1) + 1)
+    key_from = np.where(first, off[:-1][row] + 1, np.roll(closing, 1) + 1)
     key_start = slices.skip(data, key_from, opening, b" \t,")
     key_end = slices.back(data, opening, key_start, b" \t=")
-    # Label names are compared by their length and first and last 8 bytes, and bytes 8-16
-    # for a name longer than 16: exact up to 24 bytes (every name read here); duplicates
-    # are found by a hash of the first, each confirmed byte for byte.
+    # A name's hash of its length and first and last 8 bytes finds its label among the
+    # spellings, confirmed by those and bytes 8-16 (exact up to 24 bytes, every name read
+    # here): one lookup a pair, not a comparison a spelling. Duplicates are found by the
+    # hash too, each confirmed byte for byte.
     length, head, tail = slices.short_key(data, key_start, key_end)
-    word = (head * np.uint64(0x9E3779B97F4A7C15) ^ tail) * np.uint64(0xBF58476D1CE4E5B9) \
-        ^ length.astype(np.uint64)
+    word = _hashed(length, head, tail)
 
     def same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Which of the key pairs (x, y) are byte-equal (few: hash-equal already)."""
@@ -74,35 +74,74 @@ def _labels(data: np.ndarray, off: np.ndarray, escaped: bool,
         return np.array([text(i) == text(j) for i, j in zip(x, y, strict=True)], bool)
 
     duplicate = np.zeros(n, bool)
-    for gap in range(1, int(np.bincount(row).max(initial=1)) if len(row) else 1):
+    for gap in range(1, int(pairs.max(initial=1))):
         x = np.flatnonzero((row[gap:] == row[:-gap]) & (word[gap:] == word[:-gap]))
         duplicate[row[x[same(x, x + gap)]]] = True
+    label, rank = _label_of(data, key_start, key_end, length, head, tail, word)
     columns = {}
-    for label in LABELS:
-        pair = np.full(n, -1, np.int64)
-        for spelling in _SPELLINGS[label]:
-            hit = _named(data, key_start, key_end, length, head, tail, spelling.encode())
-            pair[row[hit]] = hit
-        present = pair >= 0
-        if len(opening):
-            v_start = np.where(present, opening[pair] + 1, 0)
-            v_end = np.where(present, closing[pair], 0)
-        else:  # no quoted value in any set (e.g. only `{}`)
-            v_start = v_end = np.zeros(n, np.int64)
-        values = slices.distinct(data, v_start, v_end, present & (v_end > v_start))
+    for which, name in enumerate(LABELS):
+        hit = np.flatnonzero(label == which)
+        if len(hit) and rank[hit].any():  # several spellings: the later one holds the label
+            hit = hit[np.lexsort((hit, rank[hit], row[hit]))]
+        # A set naming the label twice holds it at its last pair (and is left out).
+        last = np.ones(len(hit), bool)
+        last[:-1] = row[hit[1:]] != row[hit[:-1]]
+        hit = hit[last]
+        hit = hit[closing[hit] > opening[hit] + 1]  # an empty value is the label absent
+        index = np.full(n, -1, np.int32)
+        if len(hit):
+            values = pc.dictionary_encode(slices.views(data, opening[hit] + 1, closing[hit]))
+            index[row[hit]] = values.indices.to_numpy()
+            words = values.dictionary.cast(pa.large_string())
+        else:
+            words = pa.array([], pa.large_string())
         if escaped:
-            words = pc.replace_substring(values.dictionary, _ESCAPED_BACKSLASH, "\\")
+            words = pc.replace_substring(words, _ESCAPED_BACKSLASH, "\\")
             words = pc.replace_substring(words, _ESCAPED_QUOTE, '"')
-            values = pa.DictionaryArray.from_arrays(values.indices, words)
-        columns[label] = values
+        columns[name] = pa.DictionaryArray.from_arrays(pa.array(index, mask=index < 0), words)
     return columns, duplicate
 
 
-def _named(data: np.ndarray, key_start: np.ndarray, key_end: np.ndarray, length: np.ndarray,
-           head: np.ndarray, tail: np.ndarray, name: bytes) -> np.ndarray:
-    """Indexes of the label pairs whose name is `name` (at most 24 bytes)."""
-    want_length, want_head, want_tail = slices.short_key_of(name)
-    hit = np.flatnonzero((head == want_head) & (length == want_length) & (tail == want_tail))
-    if want_length > 16 and len(hit):
-        hit = hit[slices.middle(data, key_start[hit], key_end[hit]) == slices.middle_of(name)]
-    return hit
+def _hashed(length: np.ndarray, head: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """One uint64 of a name's `slices.short_key`: equal names, equal hashes."""
+    return (head * np.uint64(0x9E3779B97F4A7C15) ^ tail) * np.uint64(0xBF58476D1CE4E5B9) \
+        ^ length.astype(np.uint64)
+
+
+def _spelling_keys() -> tuple[np.ndarray, ...]:
+    """Each spelling's hash (sorted), its label's index in LABELS, its rank among the
+    label's spellings, its length and its bytes 0-8, 8-16 and its last 8."""
+    spellings = [(s.encode(), i, r) for i, label in enumerate(LABELS)
+                 for r, s in enumerate(_SPELLINGS[label])]
+    length, head, tail = (np.array(part) for part in zip(
+        *(slices.short_key_of(s) for s, _, _ in spellings), strict=True))
+    middle = np.array([slices.middle_of(s) for s, _, _ in spellings])
+    hashes = _hashed(length, head, tail)
+    order = np.argsort(hashes)
+    label = np.array([i for _, i, _ in spellings], np.int8)
+    rank = np.array([r for _, _, r in spellings], np.int8)
+    return tuple(part[order] for part in (hashes, label, rank, length, head, tail, middle))
+
+
+_SPELLING = _spelling_keys()
+
+
+def _label_of(data: np.ndarray, key_start: np.ndarray, key_end: np.ndarray,
+              length: np.ndarray, head: np.ndarray, tail: np.ndarray, word: np.ndarray,
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Each label pair's label (its index in LABELS, -1 for a name not read) and its
+    spelling's rank: its hash looked up among the spellings', then confirmed."""
+    hashes, labels, ranks, s_length, s_head, s_tail, s_middle = _SPELLING
+    at = np.minimum(np.searchsorted(hashes, word), len(hashes) - 1)
+    hit = np.flatnonzero(hashes[at] == word)
+    at = at[hit]
+    same = (length[hit] == s_length[at]) & (head[hit] == s_head[at]) & (tail[hit] == s_tail[at])
+    long = np.flatnonzero(same & (s_length[at] > 16))
+    if len(long):
+        same[long] = slices.middle(data, key_start[hit[long]], key_end[hit[long]]) \
+            == s_middle[at[long]]
+    label = np.full(len(word), -1, np.int8)
+    rank = np.zeros(len(word), np.int8)
+    label[hit[same]] = labels[at[same]]
+    rank[hit[same]] = ranks[at[same]]
+    return label, rank

@@ -189,6 +189,18 @@ def test_escaped_quotes_commas_empty_values_and_newlines_in_label_values():
     assert subs["back\\slash\nnewline"]["backlog_messages"] == 1.0
 
 
+def test_a_label_spelled_both_ways_in_one_set_is_read_from_its_opentelemetry_spelling():
+    # otel.LABEL_ALIASES: `pulsar_topic` fills the `topic` column; printed beside `topic`
+    # (whichever comes first), it is the one read, and empty it is the label absent.
+    body = (
+        'pulsar_msg_backlog{pulsar_topic="persistent://t/n/otel",topic="persistent://t/n/classic",cluster="c"} 1\n'
+        'pulsar_msg_backlog{topic="persistent://t/n/classic",pulsar_topic="persistent://t/n/otel"} 2\n'
+        'pulsar_msg_backlog{cluster="c",topic="persistent://t/n/classic",pulsar_topic=""} 3\n')
+    assert [(r["value"], r["topic"], r["cluster"]) for r in _rows(body)] == [
+        (1.0, "persistent://t/n/otel", "c"), (2.0, "persistent://t/n/otel", None),
+        (3.0, None, "c")]
+
+
 def test_series_that_are_not_entity_samples_are_left_out_uncounted():
     tables = _tables(QUIRKS)
     # per-consumer counters: the subscription-level one is what the exporter reads, and
