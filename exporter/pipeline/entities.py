@@ -32,10 +32,11 @@ _REPLICATION = np.isin(np.arange(len(FAMILIES)), [
 
 def body_samples(parts: Sequence[Parsed]) -> Samples:
     """Every chunk of one body as one `Samples`: the chunks' sets stacked, each chunk's
-    rows shifted past the sets before it, one dictionary per label for the whole body
-    (filters then move indices, and label values are copied per entity, not per sample)."""
+    rows shifted to where its sets land (by none when its rows count over the body
+    already, `Parsed.base`), one dictionary per label for the whole body (filters then
+    move indices, and label values are copied per entity, not per sample)."""
     sets = pa.concat_tables([p.sets for p in parts]).unify_dictionaries().combine_chunks()
-    shift = np.cumsum([0] + [p.sets.num_rows for p in parts[:-1]])
+    shift = np.cumsum([0] + [p.sets.num_rows for p in parts[:-1]]) - [p.base for p in parts]
     return Samples(
         family=np.concatenate([p.samples["family"].to_numpy() for p in parts]),
         value=np.concatenate([p.samples["value"].to_numpy() for p in parts]),

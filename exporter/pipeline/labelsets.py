@@ -29,6 +29,44 @@ PLACEHOLDERS = "[\x00-\x03]"
 _ESCAPED_BACKSLASH, _ESCAPED_QUOTE = "\x00", "\x01"
 
 
+class SeenSets:
+    """The distinct label sets of one body's pieces parsed so far, by text. A broker prints
+    each family's samples for every topic together, so each 16 MB piece of a 10k-topic
+    body holds most of the body's sets again (80k sets over four pieces, 30k distinct).
+    Each is checked and cut once a body, in the piece it first appears in, and becomes rows
+    that count over the body (parse.Parsed.base); later pieces' lines take its row."""
+
+    def __init__(self) -> None:
+        self._texts = pa.array([], pa.large_string())  # every distinct set seen
+        self._rows = np.zeros(0, np.int64)  # each one's row over the body, -1: not valid
+        self.twice = np.zeros(0, bool)  # each row over the body: names a label twice
+
+    @property
+    def count(self) -> int:
+        """Rows over the body so far."""
+        return len(self.twice)
+
+    def rows_of(self, texts: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
+        """Each of the distinct `texts`' row over the body (-1: not valid, or not seen),
+        and which of them were not seen."""
+        at = pc.index_in(texts, value_set=self._texts).fill_null(-1).to_numpy()
+        known = np.flatnonzero(at >= 0)
+        rows = np.full(len(texts), -1, np.int64)
+        rows[known] = self._rows[at[known]]
+        return rows, np.flatnonzero(at < 0)
+
+    def add(self, texts: pa.LargeStringArray, valid: np.ndarray, twice: np.ndarray,
+            ) -> np.ndarray:
+        """Sets not seen before, whether each is valid, and whether each valid one names a
+        label twice → the rows over the body of the valid ones (-1 for the others), which
+        follow the rows before, then one row of none."""
+        rows = np.where(valid, self.count + np.cumsum(valid) - 1, -1)
+        self._texts = pa.concat_arrays([self._texts, texts])
+        self._rows = np.concatenate([self._rows, rows])
+        self.twice = np.concatenate([self.twice, twice, [False]])
+        return rows
+
+
 def label_columns(sets: pa.LargeStringArray, escaped: bool,
                   ) -> tuple[dict[str, pa.DictionaryArray], np.ndarray]:
     """Valid label sets (`{…}` as printed, grammar checked) → the `LABELS` columns, one row

@@ -11,9 +11,10 @@ fleet is a hundred of them per check interval. So no step runs Python per line:
 3. names, label sets, values and what follows them are cut by byte arithmetic over the
    buffer (`slices`), and each piece is checked against its part of the text format's
    grammar: the name is one of `FAMILIES`, the value and its ending are matched by RE2,
-   and a label set is matched, and its labels cut, once per distinct set (labelsets.py),
-   since a broker prints each set on ~30 families. A line fits the whole-line grammar
-   exactly when its pieces fit theirs (a property test holds the two together).
+   and a label set is matched, and its labels cut, once per distinct set of the body
+   (labelsets.py), since a broker prints each set on ~30 families, in every piece of a
+   big body. A line fits the whole-line grammar exactly when its pieces fit theirs (a
+   property test holds the two together).
 
 What the parse tolerates, because real bodies have it: several expositions concatenated
 (a TYPE line twice, a family split apart, samples with no TYPE line), HELP/TYPE/other
@@ -41,7 +42,7 @@ import pyarrow.compute as pc
 
 from exporter.names import LABEL_NAME, METRIC_NAME, PARTITION_SUFFIX
 from exporter.pipeline import slices
-from exporter.pipeline.labelsets import LABELS, PLACEHOLDERS, label_columns
+from exporter.pipeline.labelsets import LABELS, PLACEHOLDERS, SeenSets, label_columns
 from exporter.pipeline.model import TOPIC_ONLY, MalformedReason
 from exporter.pipeline.otel import OTEL_TOPIC_FAMILIES
 
@@ -143,16 +144,22 @@ SETS = pa.schema([(label, pa.dictionary(pa.int32(), _S)) for label in LABELS])
 
 @dataclass(frozen=True)
 class Parsed:
-    """One chunk of a body: its samples, their label sets, and its skipped lines by
-    reason."""
+    """One chunk of a body: its samples, the label sets first seen in it, and its skipped
+    lines by reason. Its sets' rows count over the body from `base`: a sample's `set` may
+    be the row of a set seen in a chunk before it (labelsets.SeenSets)."""
 
     samples: pa.Table  # SAMPLES
     sets: pa.Table  # SETS
     malformed: dict[MalformedReason, int]
+    base: int = 0
 
 
-def parse_text(data: bytes | memoryview) -> Parsed:
-    """Whole lines of exposition text → `Parsed` (see the module docstring)."""
+def parse_text(data: bytes | memoryview, seen: SeenSets | None = None) -> Parsed:
+    """Whole lines of exposition text → `Parsed` (see the module docstring). `seen`: the
+    label sets of the body's chunks before this one, which it adds to (None: a body of
+    one chunk)."""
+    seen = SeenSets() if seen is None else seen
+    base = seen.count
     lines = slices.split_lines(data)
     read = pc.match_substring_regex(lines, _READ_FAMILY)
     other = lines.filter(pc.invert(read))
@@ -166,17 +173,17 @@ def parse_text(data: bytes | memoryview) -> Parsed:
     # a 65 MB body) sends the label sets through the unescaping; it is a no-op on others.
     escaped = b"\\" in data if isinstance(data, bytes) else bool((raw == ord("\\")).any())
     rows = np.flatnonzero(read.to_numpy(zero_copy_only=False))
-    samples, sets, invalid, duplicates = _cut(candidates, rows, clean, escaped)
+    samples, sets, invalid, duplicates = _cut(candidates, rows, clean, escaped, seen)
     return Parsed(samples, sets, {MalformedReason.SYNTAX: syntax + invalid,
-                                  MalformedReason.DUPLICATE_LABEL: duplicates})
+                                  MalformedReason.DUPLICATE_LABEL: duplicates}, base)
 
 
 def _cut(lines: pa.LargeStringArray, rows: np.ndarray, clean: pa.BooleanArray | None,
-         escaped: bool) -> tuple[pa.Table, pa.Table, int, int]:
+         escaped: bool, seen: SeenSets) -> tuple[pa.Table, pa.Table, int, int]:
     """Lines `rows` (of read families; the others null) → SAMPLES rows of the valid ones,
-    their SETS, how many lines are not valid, and how many valid ones named a label twice
-    (left out). `clean`: which lines hold no placeholder byte (None: all); `escaped`:
-    whether the lines may hold a backslash."""
+    the SETS not in `seen` (added to it), how many lines are not valid, and how many valid
+    ones named a label twice (left out). `clean`: which lines hold no placeholder byte
+    (None: all); `escaped`: whether the lines may hold a backslash."""
     off, data = slices.buffers(lines)
     n = len(rows)
     line_start, line_end = off[rows], off[rows + 1]
@@ -197,7 +204,7 @@ def _cut(lines: pa.LargeStringArray, rows: np.ndarray, clean: pa.BooleanArray | 
     names = slices.distinct(data, start, name_end)
     family = pc.take(pc.index_in(names.dictionary, pa.array(FAMILIES, _S)), names.indices)
     values = pc.cast(slices.only(value_text, pa.array(value_ok)), pa.float64())
-    sets, row, set_ok, duplicate = _sets(data, brace, close, has_set, escaped)
+    sets, row, set_ok, duplicate = _sets(data, brace, close, has_set, escaped, seen)
     valid = (family.is_valid().to_numpy(zero_copy_only=False)
              & value_ok & _ends_well(data, value_end, line_end) & (set_ok | ~braced))
     if clean is not None:
@@ -242,24 +249,26 @@ def _ends_well(data: np.ndarray, value_end: np.ndarray, line_end: np.ndarray) ->
 
 
 def _sets(data: np.ndarray, brace: np.ndarray, close: np.ndarray, has_set: np.ndarray,
-          escaped: bool) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct label sets that fit the grammar (SETS, their labels cut once a set by
-    labelsets.py, a last row of none), each line's row there (the last without a fitting
-    set), whether its set fits, and whether it names a label twice. The sets are the
-    lines' `{…}` slices, dictionary-encoded."""
+          escaped: bool, seen: SeenSets) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct label sets not in `seen` that fit the grammar (SETS, their labels cut
+    once a set by labelsets.py, a last row of none; added to `seen`), each line's row over
+    the body (that last row without a fitting set), whether its set fits, and whether it
+    names a label twice. The sets are the lines' `{…}` slices, dictionary-encoded."""
     sets = slices.distinct(data, brace, close + 1, has_set)
-    # one sentinel set more, fitting none, naming nothing twice: lines without a set's row
-    fits = np.append(pc.match_substring_regex(sets.dictionary, _SET).to_numpy(
-        zero_copy_only=False), False)
-    columns, twice = label_columns(sets.dictionary.filter(pa.array(fits[:-1])), escaped)
-    which = sets.indices.fill_null(len(fits) - 1).to_numpy(zero_copy_only=False)
-    line_ok = has_set & fits[which]
-    row = (np.cumsum(fits) - 1)[which]
-    row[~line_ok] = len(twice)
+    rows, new = seen.rows_of(sets.dictionary)
+    texts = sets.dictionary.take(new)
+    fits = pc.match_substring_regex(texts, _SET).to_numpy(zero_copy_only=False)
+    columns, twice = label_columns(texts.filter(pa.array(fits)), escaped)
+    rows[new] = seen.add(texts, fits, twice)
+    none = seen.count - 1
+    which = sets.indices.fill_null(len(rows)).to_numpy(zero_copy_only=False)
+    row = np.append(rows, -1)[which]
+    line_ok = has_set & (row >= 0)
+    row[~line_ok] = none
     table = pa.table({label: pa.DictionaryArray.from_arrays(
         pa.concat_arrays([column.indices, pa.nulls(1, pa.int32())]), column.dictionary)
         for label, column in columns.items()}, schema=SETS)
-    return table, row, line_ok, np.append(twice, False)[row]
+    return table, row, line_ok, seen.twice[row]
 
 
 # --- keys: computed once per distinct label combination, not per sample -------------------

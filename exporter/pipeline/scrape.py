@@ -31,6 +31,7 @@ import pyarrow as pa
 from pyspark import RDD, SparkContext
 
 from exporter.config.model import KEEP_ALL, BrokerSource, TopicFilter
+from exporter.pipeline.labelsets import SeenSets
 from exporter.pipeline.lastgood import LastGood
 from exporter.pipeline.packed import decoded, encoded
 from exporter.pipeline.parse import parse_text
@@ -71,10 +72,10 @@ def parsed_pieces(pieces: Iterable[bytes], rule: TopicFilter,
                   body: pa.NativeFile | None = None) -> tuple[list[tuple[str, bytes]], dict]:
     """Whole-line pieces of one body → its tables as task parts, and the status facts;
     each piece is also written to `body` when given. Shared with the replay's tasks."""
-    size, parsed = 0, []
+    size, parsed, seen = 0, [], SeenSets()
     for piece in pieces:
         size += len(piece)
-        parsed.append(parse_text(piece))
+        parsed.append(parse_text(piece, seen))
         if body is not None:
             body.write(piece)
     tables = source_tables(parsed, rule)

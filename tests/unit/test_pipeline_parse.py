@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from exporter.names import METRIC_NAME
 from exporter.pipeline import parse, slices
+from exporter.pipeline.labelsets import SeenSets
 from exporter.pipeline.model import MalformedReason
 from exporter.pipeline.parse import BROKER_FAMILIES, FAMILIES, parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
@@ -285,13 +286,29 @@ def test_lines_of_families_not_read_are_checked_for_shape_only():
 
 
 def test_a_body_cut_into_pieces_parses_as_the_whole():
-    whole = _tables(QUIRKS + PULSAR_LITE)
-    data = (QUIRKS + PULSAR_LITE).encode()
+    # a set naming a label twice and one that does not fit, each in two pieces
+    bad = ('pulsar_msg_backlog{cluster="c",cluster="d",topic="persistent://t/n/a"} 1\n'
+           'pulsar_rate_in{cluster="c",topic="persistent://t/n/a"=} 1\n')
+    text = bad + QUIRKS + PULSAR_LITE + bad
+    whole = _tables(text)
+    assert whole.malformed[MalformedReason.DUPLICATE_LABEL.value] == 2
+    assert whole.malformed[MalformedReason.SYNTAX.value] == 2
+    data = text.encode()
     pieces = list(whole_lines([data[i:i + 7] for i in range(0, len(data), 7)], 200))
     assert len(pieces) > 5 and b"".join(pieces) == data
-    cut = source_tables([parse_text(p) for p in pieces])
-    for name in ("topics", "subscriptions", "namespaces"):
-        assert _plain(getattr(cut, name)) == _plain(getattr(whole, name)), name
+    seen = SeenSets()
+    chained = [parse_text(p, seen) for p in pieces]
+    # a set is cut in the first piece that prints it, and its row is the later pieces'
+    assert sum(p.sets.num_rows for p in chained) < sum(
+        parse_text(p).sets.num_rows for p in pieces)
+    assert [p.base for p in chained] == list(np.cumsum(
+        [0] + [p.sets.num_rows for p in chained[:-1]]))
+    # pieces parsed each on its own, or as one body's, make the same tables as the whole
+    for parts in ([parse_text(p) for p in pieces], chained):
+        cut = source_tables(parts)
+        for name in ("topics", "subscriptions", "namespaces"):
+            assert _plain(getattr(cut, name)) == _plain(getattr(whole, name)), name
+        assert cut.malformed == whole.malformed
 
 
 def _plain(table) -> list[str]:
