@@ -67,17 +67,19 @@ class SeenSets:
         return rows
 
 
-def label_columns(sets: pa.LargeStringArray, escaped: bool,
+def label_columns(sets: pa.LargeStringArray,
                   ) -> tuple[dict[str, pa.DictionaryArray], np.ndarray]:
     """Valid label sets (`{…}` as printed, grammar checked) → the `LABELS` columns, one row
-    a set (null when absent or empty), and whether the set names any label twice.
-    `escaped`: whether the sets may hold a backslash (then unescaped first)."""
+    a set (null when absent or empty), and whether the set names any label twice. Sets
+    holding a backslash anywhere are unescaped first (a no-op on the others)."""
+    off, data = slices.buffers(sets)
+    escaped = bool((data == ord("\\")).any())  # the sets' bytes: a few MB, not the body
     if escaped:
         sets = pc.replace_substring(sets, "\\\\", _ESCAPED_BACKSLASH)
         sets = pc.replace_substring(sets, '\\"', _ESCAPED_QUOTE)
         sets = pc.replace_substring(sets, "\\n", "\n")
         sets = pc.replace_substring_regex(sets, r"\\(.)", r"\1")
-    off, data = slices.buffers(sets)
+        off, data = slices.buffers(sets)
     return _labels(data, off, escaped)
 
 

@@ -154,36 +154,35 @@ class Parsed:
     base: int = 0
 
 
-def parse_text(data: bytes | memoryview, seen: SeenSets | None = None) -> Parsed:
+def parse_text(data: bytes | memoryview, seen: SeenSets | None = None,
+               padding: int = 0) -> Parsed:
     """Whole lines of exposition text → `Parsed` (see the module docstring). `seen`: the
     label sets of the body's chunks before this one, which it adds to (None: a body of
-    one chunk)."""
+    one chunk). `padding`: zero bytes after the text, not parsed (`slices.PADDING` or more
+    spare the parse a copy of the text)."""
     seen = SeenSets() if seen is None else seen
     base = seen.count
-    lines = slices.split_lines(data)
+    lines = slices.split_lines(data, padding)
     read = pc.match_substring_regex(lines, _READ_FAMILY)
     other = lines.filter(pc.invert(read))
     syntax = pc.sum(pc.invert(pc.match_substring_regex(other, _COMMENT_OR_SAMPLE))).as_py() or 0
     candidates = slices.only(lines, read)
-    raw = np.frombuffer(data, np.uint8)
+    raw = np.frombuffer(data, np.uint8)[:len(data) - padding]
     clean = None
     if len(raw) and raw.min() < 4:  # a placeholder byte somewhere: which lines
         clean = pc.invert(pc.match_substring_regex(candidates, PLACEHOLDERS))
-    # A backslash anywhere in the piece (memchr on bytes: a comparison array cost 80 ms on
-    # a 65 MB body) sends the label sets through the unescaping; it is a no-op on others.
-    escaped = b"\\" in data if isinstance(data, bytes) else bool((raw == ord("\\")).any())
     rows = np.flatnonzero(read.to_numpy(zero_copy_only=False))
-    samples, sets, invalid, duplicates = _cut(candidates, rows, clean, escaped, seen)
+    samples, sets, invalid, duplicates = _cut(candidates, rows, clean, seen)
     return Parsed(samples, sets, {MalformedReason.SYNTAX: syntax + invalid,
                                   MalformedReason.DUPLICATE_LABEL: duplicates}, base)
 
 
 def _cut(lines: pa.LargeStringArray, rows: np.ndarray, clean: pa.BooleanArray | None,
-         escaped: bool, seen: SeenSets) -> tuple[pa.Table, pa.Table, int, int]:
+         seen: SeenSets) -> tuple[pa.Table, pa.Table, int, int]:
     """Lines `rows` (of read families; the others null) → SAMPLES rows of the valid ones,
     the SETS not in `seen` (added to it), how many lines are not valid, and how many valid
     ones named a label twice (left out). `clean`: which lines hold no placeholder byte
-    (None: all); `escaped`: whether the lines may hold a backslash."""
+    (None: all)."""
     off, data = slices.buffers(lines)
     n = len(rows)
     line_start, line_end = off[rows], off[rows + 1]
@@ -204,7 +203,7 @@ def _cut(lines: pa.LargeStringArray, rows: np.ndarray, clean: pa.BooleanArray | 
     names = slices.distinct(data, start, name_end)
     family = pc.take(pc.index_in(names.dictionary, pa.array(FAMILIES, _S)), names.indices)
     values = pc.cast(slices.only(value_text, pa.array(value_ok)), pa.float64())
-    sets, row, set_ok, duplicate = _sets(data, brace, close, has_set, escaped, seen)
+    sets, row, set_ok, duplicate = _sets(data, brace, close, has_set, seen)
     valid = (family.is_valid().to_numpy(zero_copy_only=False)
              & value_ok & _ends_well(data, value_end, line_end) & (set_ok | ~braced))
     if clean is not None:
@@ -249,7 +248,7 @@ def _ends_well(data: np.ndarray, value_end: np.ndarray, line_end: np.ndarray) ->
 
 
 def _sets(data: np.ndarray, brace: np.ndarray, close: np.ndarray, has_set: np.ndarray,
-          escaped: bool, seen: SeenSets) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+          seen: SeenSets) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
     """The distinct label sets not in `seen` that fit the grammar (SETS, their labels cut
     once a set by labelsets.py, a last row of none; added to `seen`), each line's row over
     the body (that last row without a fitting set), whether its set fits, and whether it
@@ -258,7 +257,7 @@ def _sets(data: np.ndarray, brace: np.ndarray, close: np.ndarray, has_set: np.nd
     rows, new = seen.rows_of(sets.dictionary)
     texts = sets.dictionary.take(new)
     fits = pc.match_substring_regex(texts, _SET).to_numpy(zero_copy_only=False)
-    columns, twice = label_columns(texts.filter(pa.array(fits)), escaped)
+    columns, twice = label_columns(texts.filter(pa.array(fits)))
     rows[new] = seen.add(texts, fits, twice)
     none = seen.count - 1
     which = sets.indices.fill_null(len(rows)).to_numpy(zero_copy_only=False)

@@ -35,6 +35,7 @@ from exporter.pipeline.labelsets import SeenSets
 from exporter.pipeline.lastgood import LastGood
 from exporter.pipeline.packed import decoded, encoded
 from exporter.pipeline.parse import parse_text
+from exporter.pipeline.slices import PADDING
 from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
 from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream, whole_lines
 from exporter.sources.model import ScrapeError, SourceKind
@@ -68,16 +69,19 @@ def scrape_endpoints(sources: Sequence[BrokerSource], options: TaskOptions,
         yield scrape_one(sources[i], options)
 
 
-def parsed_pieces(pieces: Iterable[bytes], rule: TopicFilter,
+def parsed_pieces(chunks: Iterable[bytes], rule: TopicFilter,
                   body: pa.NativeFile | None = None) -> tuple[list[tuple[str, bytes]], dict]:
-    """Whole-line pieces of one body → its tables as task parts, and the status facts;
-    each piece is also written to `body` when given. Shared with the replay's tasks."""
+    """One body's chunks as they come → its tables as task parts, and the status facts;
+    the body is also written to `body` when given. It is parsed in whole-line pieces of
+    PIECE_BYTES, each joined with the padding the parse reads into (one copy of the text,
+    not two). Shared with the replay's tasks."""
     size, parsed, seen = 0, [], SeenSets()
-    for piece in pieces:
-        size += len(piece)
-        parsed.append(parse_text(piece, seen))
+    for piece in whole_lines(chunks, PIECE_BYTES, PADDING):
+        text = memoryview(piece)[:len(piece) - PADDING]
+        size += len(text)
+        parsed.append(parse_text(piece, seen, PADDING))
         if body is not None:
-            body.write(piece)
+            body.write(text)
     tables = source_tables(parsed, rule)
     parts = list(encoded(tables).items())
     return parts, {"bytes": size, "malformed": dict(tables.malformed),
@@ -92,8 +96,8 @@ def scrape_one(source: BrokerSource, options: TaskOptions = DEFAULT_TASK) -> Tas
     try:
         sink = pa.BufferOutputStream() if options.keep_body else None
         body = pa.CompressedOutputStream(sink, "zstd") if sink is not None else None
-        pieces = whole_lines(stream(source, started + source.timeout), PIECE_BYTES)
-        parts, facts = parsed_pieces(pieces, options.rule, body)
+        parts, facts = parsed_pieces(stream(source, started + source.timeout), options.rule,
+                                     body)
         if sink is not None and body is not None:  # both or neither
             body.close()
             parts.append(("body", sink.getvalue().to_pybytes()))

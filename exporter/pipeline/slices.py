@@ -16,11 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def split_lines(data: bytes | memoryview) -> pa.LargeStringArray:
+def split_lines(data: bytes | memoryview, padding: int = 0) -> pa.LargeStringArray:
     """Lines of UTF-8 text, each keeping its "\\n" (the exposition format ends lines at
-    "\\n" only: a raw "\\r" may sit inside a label value). Zero-copy over `data`; bytes
-    that are not UTF-8 are replaced (U+FFFD), so one bad byte spoils one line at most."""
-    raw = np.frombuffer(data, np.uint8)
+    "\\n" only: a raw "\\r" may sit inside a label value). Zero-copy over `data`, whose
+    last `padding` bytes are zeros and not text (`buffers` then needs no padded copy);
+    bytes that are not UTF-8 are replaced (U+FFFD), so one bad byte spoils one line at
+    most."""
+    raw = np.frombuffer(data, np.uint8)[:len(data) - padding]
     ends = _positions(raw, ord("\n")) + 1
     if len(ends) == 0 or ends[-1] != len(raw):
         ends = np.append(ends, len(raw))
@@ -32,7 +34,7 @@ def split_lines(data: bytes | memoryview) -> pa.LargeStringArray:
     try:
         return lines.cast(pa.large_string())
     except pa.ArrowInvalid:
-        fixed = bytes(data).decode("utf-8", errors="replace").encode()
+        fixed = bytes(raw).decode("utf-8", errors="replace").encode()
         return split_lines(fixed)
 
 
@@ -63,17 +65,24 @@ def only(strings: pa.LargeStringArray, keep: pa.BooleanArray) -> pa.LargeStringA
 
 def buffers(lines: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, data) of a large_string array as numpy arrays: line i is
-    data[offsets[i]:offsets[i + 1]]. `data` is a copy with zero bytes after the text
-    (`padded`), so that `_words` may read 8 bytes at any offset."""
+    data[offsets[i]:offsets[i + 1]]. `data` has PADDING zero bytes or more after the text,
+    so that `_words` may read 8 bytes at any offset: the array's own buffer where it has
+    them (`split_lines` over padded text), else a copy (`padded`)."""
     _, offsets, data = lines.buffers()
     off = np.frombuffer(offsets, np.int64)[lines.offset: lines.offset + len(lines) + 1]
-    raw = np.frombuffer(data, np.uint8)[: off[-1]] if data is not None else np.zeros(0, np.uint8)
-    return off, padded(raw)
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    spare = raw[off[-1]:off[-1] + PADDING]
+    if len(spare) == PADDING and not spare.any():
+        return off, raw[:off[-1] + PADDING]
+    return off, padded(raw[: off[-1]])
+
+
+PADDING = 16  # zero bytes after a text that `_words` reads into, at least
 
 
 def padded(raw: np.ndarray) -> np.ndarray:
     """`raw` followed by 16 to 23 zero bytes, to a multiple of 8."""
-    out = np.zeros((len(raw) + 23) // 8 * 8, np.uint8)
+    out = np.zeros((len(raw) + PADDING + 7) // 8 * 8, np.uint8)
     out[: len(raw)] = raw
     return out
 
@@ -155,10 +164,9 @@ _HIGHEST = np.array([m.bit_length() - 1 for m in range(256)], np.intp)
 
 
 def _words(data: np.ndarray) -> np.ndarray:
-    """`data` (from `padded`) read as a little-endian uint64 at every byte offset: one
-    gather fetches the 8 bytes that start anywhere in the text."""
-    return np.lib.stride_tricks.as_strided(
-        data.view("<u8"), shape=(len(data) - 8,), strides=(1,), writeable=False)
+    """`data` (PADDING zero bytes after its text, `buffers`) read as a little-endian uint64
+    at every byte offset: one gather fetches the 8 bytes that start anywhere in the text."""
+    return np.ndarray((len(data) - 8,), "<u8", data, strides=(1,))
 
 
 # _MASKS[k]: the low k bytes of a uint64 set (k = 0..8)

@@ -37,7 +37,6 @@ from exporter.pipeline.tables import BrokerData, SourceTables
 from exporter.record.store import RecordedCycle
 from exporter.runtime.cycle import CycleReport, Exporter
 from exporter.runtime.exchange import from_wire
-from exporter.sources.brokers import whole_lines
 from exporter.sources.model import Snapshot
 from exporter.transport.codec import WireReport
 
@@ -47,8 +46,7 @@ def parse_recorded(rule: TopicFilter, row: tuple[int, str, bytes]) -> tuple[int,
     """One (cycle, source, zstd body) row → its cycle and the scrape task's result."""
     cycle, source, body = row
     stream = pa.CompressedInputStream(pa.BufferReader(body), "zstd")
-    pieces = whole_lines(iter(partial(stream.read, PIECE_BYTES), b""), PIECE_BYTES)
-    parts, facts = parsed_pieces(pieces, rule)
+    parts, facts = parsed_pieces(iter(partial(stream.read, PIECE_BYTES), b""), rule)
     return cycle, task_result(source, facts, parts)
 
 

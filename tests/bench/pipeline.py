@@ -162,6 +162,7 @@ def _task_parse(data: bytes, repeat: int) -> float:
     from exporter.pipeline.labelsets import SeenSets
     from exporter.pipeline.parse import parse_text
     from exporter.pipeline.scrape import PIECE_BYTES
+    from exporter.pipeline.slices import PADDING
     from exporter.pipeline.tables import source_tables
     from exporter.sources.brokers import CHUNK_BYTES, whole_lines
 
@@ -169,7 +170,8 @@ def _task_parse(data: bytes, repeat: int) -> float:
 
     def task() -> None:
         seen = SeenSets()
-        source_tables([parse_text(p, seen) for p in whole_lines(chunks, PIECE_BYTES)])
+        source_tables([parse_text(p, seen, PADDING)
+                       for p in whole_lines(chunks, PIECE_BYTES, PADDING)])
 
     task()
     return min(_timed(task) for _ in range(repeat))

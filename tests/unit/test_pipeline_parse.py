@@ -303,8 +303,14 @@ def test_a_body_cut_into_pieces_parses_as_the_whole():
         parse_text(p).sets.num_rows for p in pieces)
     assert [p.base for p in chained] == list(np.cumsum(
         [0] + [p.sets.num_rows for p in chained[:-1]]))
+    # ... and as a task parses them, each followed by the padding the parse reads into
+    padded = list(whole_lines([data[i:i + 7] for i in range(0, len(data), 7)], 200,
+                              slices.PADDING))
+    assert [p[:-slices.PADDING] for p in padded] == pieces
+    seen = SeenSets()
+    in_place = [parse_text(p, seen, slices.PADDING) for p in padded]
     # pieces parsed each on its own, or as one body's, make the same tables as the whole
-    for parts in ([parse_text(p) for p in pieces], chained):
+    for parts in ([parse_text(p) for p in pieces], chained, in_place):
         cut = source_tables(parts)
         for name in ("topics", "subscriptions", "namespaces"):
             assert _plain(getattr(cut, name)) == _plain(getattr(whole, name)), name
@@ -382,6 +388,22 @@ def test_after_last_finds_a_lone_byte_at_every_position_of_every_short_span():
                 want.append(start[-1] + at + 1 if at >= 0 else start[-1])
     raw = slices.padded(np.frombuffer("".join(texts).encode(), np.uint8))
     assert slices.after_last(raw, np.array(end), np.array(start), ord("}")).tolist() == want
+
+
+def test_lines_over_padded_text_are_cut_in_place_and_others_from_a_padded_copy():
+    text = b'pulsar_rate_in{topic="persistent://t/n/a"} 1\npulsar_rate_out 2\n'
+    body = text + bytes(slices.PADDING)
+    lines = slices.split_lines(body, slices.PADDING)
+    assert lines.to_pylist() == [line + "\n" for line in text.decode().splitlines()]
+    off, data = slices.buffers(lines)
+    assert np.shares_memory(data, np.frombuffer(body, np.uint8))  # no copy
+    assert len(data) == len(text) + slices.PADDING and not data[len(text):].any()
+    # without padding (or with bytes after the text that are not zeros): a padded copy
+    for unpadded in (slices.split_lines(text), slices.split_lines(text + b"x" * 16, 16)):
+        off, data = slices.buffers(unpadded)
+        assert bytes(data[:off[-1]]) == text and not data[off[-1]:].any()
+        assert len(data) >= off[-1] + slices.PADDING
+        assert not np.shares_memory(data, np.frombuffer(text, np.uint8))
 
 
 @given(strings=st.lists(st.none() | st.text(max_size=5)), data=st.data())
