@@ -63,6 +63,9 @@ def only(strings: pa.LargeStringArray, keep: pa.BooleanArray) -> pa.LargeStringA
                                             offset=strings.offset)
 
 
+PADDING = 16  # zero bytes after a text that `_words` reads into, at least
+
+
 def buffers(lines: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, data) of a large_string array as numpy arrays: line i is
     data[offsets[i]:offsets[i + 1]]. `data` has PADDING zero bytes or more after the text,
@@ -77,12 +80,9 @@ def buffers(lines: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
     return off, padded(raw[: off[-1]])
 
 
-PADDING = 16  # zero bytes after a text that `_words` reads into, at least
-
-
 def padded(raw: np.ndarray) -> np.ndarray:
-    """`raw` followed by 16 to 23 zero bytes, to a multiple of 8."""
-    out = np.zeros((len(raw) + PADDING + 7) // 8 * 8, np.uint8)
+    """`raw` followed by PADDING zero bytes."""
+    out = np.zeros(len(raw) + PADDING, np.uint8)
     out[: len(raw)] = raw
     return out
 

@@ -8,8 +8,9 @@ synthetic Apache Pulsar bodies. Prints Markdown tables; not a test.
 Per body (one broker):
 - `promtool check metrics` (Prometheus' Go parser, what `promtool` users would run) and a
   plain Python regex loop, each on the body from a file;
-- the exporter's parse on one core in this process (`parse_text` + `source_tables` on the
-  pieces a task cuts from the chunks it reads: what one Spark task does after the fetch);
+- the exporter's parse on one core in this process (`scrape.parsed_pieces`: the pieces a
+  task cuts from the chunks it reads, their parse, the tables and their payloads: what one
+  Spark task does after the fetch);
 - the warm exporter cycle on Spark (`--master`): the job (fetch over loopback HTTP,
   parse, per-broker tables, in the tasks) plus the merge on the driver, median of
   `--repeat` after one warm-up.
@@ -157,21 +158,17 @@ def _cycle(context, urls: list[str], repeat: int) -> tuple[float, float, float, 
 
 
 def _task_parse(data: bytes, repeat: int) -> float:
-    """Seconds (min of `repeat`, after a warm-up) to parse `data` and build its tables as
-    a task does after its fetch: in the pieces it cuts from the chunks it reads."""
-    from exporter.pipeline.labelsets import SeenSets
-    from exporter.pipeline.parse import parse_text
-    from exporter.pipeline.scrape import PIECE_BYTES
-    from exporter.pipeline.slices import PADDING
-    from exporter.pipeline.tables import source_tables
-    from exporter.sources.brokers import CHUNK_BYTES, whole_lines
+    """Seconds (min of `repeat`, after a warm-up) that a task takes over `data` after its
+    fetch (`scrape.parsed_pieces`: the pieces it cuts from the chunks it reads, their
+    parse, the tables and their payloads)."""
+    from exporter.config.model import KEEP_ALL
+    from exporter.pipeline.scrape import parsed_pieces
+    from exporter.sources.brokers import CHUNK_BYTES
 
     chunks = [data[at:at + CHUNK_BYTES] for at in range(0, len(data), CHUNK_BYTES)]
 
     def task() -> None:
-        seen = SeenSets()
-        source_tables([parse_text(p, seen, PADDING)
-                       for p in whole_lines(chunks, PIECE_BYTES, PADDING)])
+        parsed_pieces(chunks, KEEP_ALL)
 
     task()
     return min(_timed(task) for _ in range(repeat))
