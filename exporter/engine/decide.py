@@ -157,7 +157,8 @@ class Decider:
         with np.errstate(invalid="ignore"):
             gauge = np.where(np.isfinite(gauge) & (gauge >= 0), gauge, np.nan)
         published, counted = counts(agg.topics["msg_in_total"])
-        at = positions(agg.subscriptions["topic"], agg.topics["topic"])
+        at = positions(agg.subscriptions["topic"], agg.topics["topic"],
+                       agg.subscriptions["source"], agg.topics["source"])
         backlogs = floats(agg.subscriptions["backlog_messages"], 0.0)
         averages, per_entries = message_sizes(
             agg.topics, slowest_backlogs(at, backlogs, len(topics)), published)
