@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.pipeline.model import LONG_BOUND
+from exporter.pipeline.owners import chunks_by_source, chunks_like, one_source
 
 _REPEATED = frozenset({"namespace", "subscription"})  # few distinct values, many rows
 
@@ -66,22 +67,23 @@ def positions(values: pa.ChunkedArray, keys: pa.ChunkedArray,
     """Each value's row among `keys` (unique: an entity table's), -1 where none: each
     subscription's topic row, worked out once a cycle for every use of it. With the
     tables' `source` columns, a chunk of values (one broker's subscriptions) is looked up
-    among its own broker's chunk of keys first, and only what it misses among all of them:
-    at 1M topics on 100 brokers, 0.06-0.08 s and +15 MB, where one lookup among all took
-    0.36-0.47 s and +69-90 MB (its hash table of every name, out of cache)."""
+    among its own broker's chunk of keys first, and only what it misses among all of them;
+    a chunk coded over that chunk of keys (pipeline/owners.coded_topics) is its codes.
+    At 1M topics on 100 brokers, looked up by broker: 0.06-0.08 s and +15 MB, where one
+    lookup among all took 0.36-0.47 s and +69-90 MB (its hash table of every name, out of
+    cache)."""
     if value_sources is None or key_sources is None:
         return _rows(values, keys)
-    own: dict[str, tuple[int, pa.Array]] = {}  # a broker → its keys' chunk and first row
-    at = 0
-    for chunk, source in zip(keys.chunks, _chunks_like(key_sources, keys), strict=True):
-        if (name := _one_source(source)) is not None:
-            own[name] = (-1, chunk) if name in own else (at, chunk)  # twice: no own chunk
-        at += len(chunk)
+    own = chunks_by_source(keys, key_sources)
     found, at = np.full(len(values), -1, np.int64), 0
-    for chunk, source in zip(values.chunks, _chunks_like(value_sources, values), strict=True):
-        first, mine = own.get(_one_source(source) or "", (-1, None))
-        if mine is not None and first >= 0:
-            rows = _rows(chunk, mine)
+    for chunk, source in zip(values.chunks, chunks_like(value_sources, values), strict=True):
+        first, listed = own.get(one_source(source) or "", (0, None))
+        if listed is not None:
+            if isinstance(chunk, pa.DictionaryArray) and chunk.dictionary.equals(listed):
+                rows = np.asarray(pc.fill_null(chunk.indices, -1).to_numpy(
+                    zero_copy_only=False), np.int64)
+            else:
+                rows = _rows(chunk, listed)
             found[at:at + len(chunk)] = np.where(rows >= 0, rows + first, -1)
         at += len(chunk)
     missing = np.flatnonzero(found < 0)
@@ -93,25 +95,3 @@ def positions(values: pa.ChunkedArray, keys: pa.ChunkedArray,
 def _rows(values: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(pc.fill_null(pc.index_in(values, keys), -1)
                       .to_numpy(zero_copy_only=False), np.int64)
-
-
-def _chunks_like(column: pa.ChunkedArray, like: pa.ChunkedArray) -> list[pa.Array]:
-    """`column`'s chunks cut as `like`'s are (the columns of one table usually are)."""
-    if [len(c) for c in column.chunks] == [len(c) for c in like.chunks]:
-        return list(column.chunks)
-    out, at = [], 0
-    for chunk in like.chunks:
-        out.append(column.slice(at, len(chunk)).combine_chunks())
-        at += len(chunk)
-    return out
-
-
-def _one_source(source: pa.Array) -> str | None:
-    """The one source URL of a chunk of a dictionary-encoded `source` column; None when it
-    has several, none, or nulls."""
-    if not isinstance(source, pa.DictionaryArray) or not len(source) or source.null_count:
-        return None
-    codes = source.indices.to_numpy(zero_copy_only=False)
-    if codes.min() != codes.max():
-        return None
-    return source.dictionary[int(codes[0])].as_py()

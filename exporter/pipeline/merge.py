@@ -48,7 +48,7 @@ from exporter.pipeline.model import (
     Aggregates,
     MalformedReason,
 )
-from exporter.pipeline.owners import dedup, kept, owned, with_source
+from exporter.pipeline.owners import coded_topics, dedup, kept, owned, with_source
 from exporter.pipeline.tables import SourceTables
 from exporter.sources.model import BundleOwnership
 
@@ -98,7 +98,8 @@ def merge(
         "stale", pc.is_in(all_topics["source"], pa.array(stale, pa.string())))
     topics, dropped = dedup(all_topics)
     brokered = kept(topics, pc.invert(topics["otel_only"])) if otel else topics
-    subscriptions = owned(with_source([(s, t.subscriptions) for s, t in tables], sources), dropped)
+    subscriptions = coded_topics(owned(with_source(
+        [(s, t.subscriptions) for s, t in tables], sources), dropped), topics)
     per_source = _namespaces_per_source(brokered, with_source(
         [(s, t.namespaces) for s, t in tables], sources))
     namespaces = _namespaces(per_source)

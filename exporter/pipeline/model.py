@@ -64,9 +64,12 @@ _SOURCE = pa.dictionary(pa.int32(), _S)
 # ownership rule): what the stages after the merge read of them, the backlog check and
 # the eviction plan. The task reads a few more series of a subscription (its out counters
 # and rates), only to sum them into its topic's where the broker printed no topic-level
-# series (tables.py); they never leave the task.
+# series (tables.py); they never leave the task. A subscription's topic is a code into
+# its broker's topic names, those of the TOPICS rows of its source (merge.py), not its
+# topic's name again: 2M names at 1M topics, ~100 MB through the decide.
+_TOPIC_NAME = pa.dictionary(pa.int32(), _S)
 SUBSCRIPTIONS = pa.schema([
-    ("topic", _S),
+    ("topic", _TOPIC_NAME),
     ("subscription", _S),
     ("source", _SOURCE),
     ("backlog_messages", _F),  # pulsar_subscription_back_log
@@ -196,7 +199,8 @@ BUNDLES = pa.schema([
 # A broker's subscriptions: SUBSCRIPTIONS' columns but the source, the only ones the
 # driver reads (at 1M topics, 2M subscriptions, the series that went no further were
 # ~160 MB of the driver's decoded tables).
-SOURCE_SUBSCRIPTIONS = pa.schema([f for f in SUBSCRIPTIONS if f.name != "source"])
+SOURCE_SUBSCRIPTIONS = pa.schema([f.with_type(_S) if f.name == "topic" else f
+                                  for f in SUBSCRIPTIONS if f.name != "source"])
 SOURCE_TOPICS = pa.schema([
     ("topic", _S),
     ("namespace", _S),

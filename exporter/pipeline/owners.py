@@ -92,3 +92,65 @@ def owned(subscriptions: pa.Table, dropped: pa.Table) -> pa.Table:
 def _pair_keys(table: pa.Table) -> pa.ChunkedArray:
     """(source, topic) as one string each: neither holds a NUL."""
     return pc.binary_join_element_wise(table["source"].cast(pa.string()), table["topic"], "\0")
+
+
+def chunks_by_source(column: pa.ChunkedArray, sources: pa.ChunkedArray,
+                     ) -> dict[str, tuple[int, pa.Array]]:
+    """Each source's one chunk of `column` and the row it starts at, of the chunks whose
+    rows are all one source's (a table `with_source` stacked has one a broker). A source
+    with rows in two chunks has none here."""
+    own: dict[str, tuple[int, pa.Array]] = {}
+    twice: set[str] = set()
+    at = 0
+    for chunk, source in zip(column.chunks, chunks_like(sources, column), strict=True):
+        if (name := one_source(source)) is not None:
+            if name in own:
+                twice.add(name)
+            own[name] = (at, chunk)
+        at += len(chunk)
+    return {name: found for name, found in own.items() if name not in twice}
+
+
+def chunks_like(column: pa.ChunkedArray, like: pa.ChunkedArray) -> list[pa.Array]:
+    """`column`'s chunks cut as `like`'s are (the columns of one table usually are)."""
+    if [len(c) for c in column.chunks] == [len(c) for c in like.chunks]:
+        return list(column.chunks)
+    out, at = [], 0
+    for chunk in like.chunks:
+        out.append(column.slice(at, len(chunk)).combine_chunks())
+        at += len(chunk)
+    return out
+
+
+def one_source(source: pa.Array) -> str | None:
+    """The one source URL of a chunk of a `source` column (`with_source`'s codes); None
+    when it has several, none, or nulls."""
+    if not isinstance(source, pa.DictionaryArray) or not len(source) or source.null_count:
+        return None
+    codes = source.indices.to_numpy(zero_copy_only=False)
+    if codes.min() != codes.max():
+        return None
+    return source.dictionary[int(codes[0])].as_py()
+
+
+def coded_topics(subscriptions: pa.Table, topics: pa.Table) -> pa.Table:
+    """`subscriptions` with each one's topic as a code into its broker's topic names: the
+    dictionary of a broker's chunk is its chunk of `topics`' names, shared, not copied
+    (model.SUBSCRIPTIONS). The rare chunk whose topics are not all there (rows of several
+    brokers, a name its broker does not list) is coded over its own names."""
+    own = chunks_by_source(topics["topic"], topics["source"])
+    names = subscriptions["topic"]
+    coded = []
+    for chunk, source in zip(names.chunks, chunks_like(subscriptions["source"], names),
+                             strict=True):
+        _, listed = own.get(one_source(source) or "", (0, None))
+        rows = None
+        if listed is not None:
+            rows = pc.index_in(chunk, listed)
+        if rows is None or rows.null_count:
+            encoded = pc.dictionary_encode(chunk)
+            rows, listed = encoded.indices, encoded.dictionary
+        coded.append(pa.DictionaryArray.from_arrays(rows.cast(pa.int32()), listed))
+    column = pa.chunked_array(coded, pa.dictionary(pa.int32(), pa.string()))
+    return subscriptions.set_column(subscriptions.schema.get_field_index("topic"), "topic",
+                                    column)

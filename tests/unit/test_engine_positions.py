@@ -5,6 +5,8 @@ is (its own broker's chunk, another's, none)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pyarrow as pa
 from hypothesis import given
@@ -18,7 +20,7 @@ SOURCES = pa.array(["http://a:8080/metrics", "http://b:8080/metrics", "http://c:
 def _column(rows: list, cuts: list[int], kind: pa.DataType | None = None) -> pa.ChunkedArray:
     """`rows` as a chunked column cut at `cuts`."""
     bounds = [0, *sorted({c for c in cuts if 0 < c < len(rows)}), len(rows)]
-    return pa.chunked_array([pa.array(rows[a:b], kind) for a, b in zip(bounds, bounds[1:])],
+    return pa.chunked_array([pa.array(rows[a:b], kind) for a, b in pairwise(bounds)],
                             kind)
 
 
