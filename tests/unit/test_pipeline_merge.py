@@ -245,6 +245,26 @@ def test_merged_rows_share_the_brokers_buffers_unless_a_broker_loses_one():
     assert shared == [_buffer(t.topics["msg_in_total"], 0) for t in (b, lite)]
 
 
+def test_a_subscriptions_topic_is_a_code_into_its_brokers_topic_names():
+    """The subscriptions name their topics by codes into their broker's chunk of topic
+    names, the same buffers, not by the names again; a chunk naming a topic its broker
+    does not list is coded over its own names. Either way each reads as its name."""
+    a, lite = _tables(BROKER_A), _tables(LITE)
+    agg = merge([("http://lite/metrics", lite), ("http://broker-a/metrics", a)], {})
+    topic = agg.subscriptions["topic"]
+    for i, table in enumerate((lite, a)):
+        assert topic.chunk(i).dictionary.buffers()[2].address \
+            == agg.topics["topic"].chunk(i).buffers()[2].address
+        assert topic.chunk(i).to_pylist() == table.subscriptions["topic"].to_pylist()
+    # A's subscription of a topic A does not list (no task makes one: its topics table is
+    # derived from its subscriptions), with another of a topic it lists
+    stray = pa.concat_tables([a.subscriptions, a.subscriptions.set_column(
+        0, "topic", pa.array(["persistent://acme/critical/elsewhere"] * a.subscriptions.num_rows))])
+    agg = merge([("http://broker-a/metrics", replace(a, subscriptions=stray))], {})
+    assert agg.subscriptions["topic"].to_pylist() == stray["topic"].to_pylist()
+    assert agg.subscriptions.schema.equals(SCHEMAS["subscriptions"])
+
+
 def test_a_topic_without_a_namespace_is_in_no_namespace_or_bundle_sum():
     """A topic name holding no namespace, without a `namespace` label: listed, but summed
     nowhere (the one case the merge filters its topics for; a broker labels every topic)."""
