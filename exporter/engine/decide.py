@@ -144,26 +144,25 @@ class Decider:
             np.full(len(order), np.nan), np.zeros(len(order), np.int8))
         return grouped, estimated[order], lower[order], ordered, printed[order]
 
-    def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
-                 ) -> tuple[TopicDecisions, dict[str, float], frozenset[str]]:
+    def _published(self, agg: Aggregates, admin: AdminSnapshot | None, checked: np.ndarray,
+                   now: float) -> tuple[Subscriptions, list[str], np.ndarray, np.ndarray]:
+        """Every subscription with its publish time (publishtimes.py), each topic's name
+        as its age table keeps it, its average message size, and its age table's row. Its
+        own per-subscription temporaries (a dozen arrays of 16 MB at 2M subscriptions) go
+        when it returns, before the check makes the decisions."""
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now
-        quotas = self.config.backlog_quotas
-        limits, unlimited = Resolver(quotas, admin.quotas if admin else None), Resolver(NO_QUOTAS)
-        # a topic's name and namespace are its keys: never null
-        topics, namespaces = agg.topics["topic"], cast(list[str], shared(agg.topics["namespace"]))
+        topics = agg.topics["topic"]  # never null
         gauge = floats(agg.topics["backlog_age_seconds"], math.nan)
         # The broker prints -1 until its backlog-quota check has measured the age.
         with np.errstate(invalid="ignore"):
             gauge = np.where(np.isfinite(gauge) & (gauge >= 0), gauge, np.nan)
         published, counted = counts(agg.topics["msg_in_total"])
-        at = positions(agg.subscriptions["topic"], agg.topics["topic"],
+        at = positions(agg.subscriptions["topic"], topics,
                        agg.subscriptions["source"], agg.topics["source"])
         backlogs = floats(agg.subscriptions["backlog_messages"], 0.0)
         averages, per_entries = message_sizes(
             agg.topics, slowest_backlogs(at, backlogs, len(topics)), published)
-        checked = ~_ours(topics, (self.config.resource_group_engine.topic,
-                                  quotas.lock_topic))
         # Every table first, the tables over their bound thinned together (agetable.py).
         observed = counted & checked
         rows = self.ages.observe_all(topics, published, observed, now)
@@ -179,6 +178,17 @@ class Decider:
         subs, self._measured = publish_times(
             grouped, names, checked, estimates, bounds, ordered, printed, gauge, views,
             admin_at, now, self._measured)
+        return subs, names, averages, rows
+
+    def _backlog(self, agg: Aggregates, admin: AdminSnapshot | None, now: float,
+                 ) -> tuple[TopicDecisions, dict[str, float], frozenset[str]]:
+        quotas = self.config.backlog_quotas
+        limits, unlimited = Resolver(quotas, admin.quotas if admin else None), Resolver(NO_QUOTAS)
+        # a topic's namespace is its key: never null
+        namespaces = cast(list[str], shared(agg.topics["namespace"]))
+        checked = ~_ours(agg.topics["topic"], (self.config.resource_group_engine.topic,
+                                               quotas.lock_topic))
+        subs, names, averages, rows = self._published(agg, admin, checked, now)
         decided = np.flatnonzero(checked)
         system = not quotas.system_topics
         # the broker's SystemTopic is never over a quota
