@@ -47,9 +47,9 @@ class Subscriptions:
     every topic; the lists, each value as the decisions hold it."""
 
     starts: np.ndarray  # int64, one more than the topic rows
-    row: np.ndarray  # each one's topic row (-1: of no topic; those come first)
+    row: np.ndarray  # int32: each one's topic row (-1: of no topic; those come first)
     names: list[str]
-    name_rank: np.ndarray  # int64: where each name sorts among them (as Python's str does)
+    name_rank: np.ndarray  # int32: where each name sorts among them (as Python's str does)
     messages: np.ndarray  # int64: the backlog, truncated as `int()` does
     publish: np.ndarray  # float64 epoch seconds, NaN: unknown
     source: np.ndarray  # int8, codes into SOURCES
