@@ -212,12 +212,13 @@ def bundle_ranges(bundles: Iterable[BundleOwnership]) -> dict[str, list[tuple[in
     return out
 
 
-def place(namespace: pa.Array, topic_hash: pa.Array,
-          ranges: Mapping[str, Sequence[tuple[int, int, str]]]) -> pa.Array:
+def place(namespace: pa.Array | pa.ChunkedArray, topic_hash: pa.Array | pa.ChunkedArray,
+          ranges: Mapping[str, Sequence[tuple[int, int, str]]]) -> pa.DictionaryArray:
     """The bundle holding each topic: the range of its namespace that holds its hash
     (Apache Pulsar's NamespaceBundles.findBundle, `in_range`), FULL_BUNDLE where the
     namespace has no ranges or none holds it. One binary search over (namespace, lower
-    bound) keys for all topics at once."""
+    bound) keys for all topics at once. A code a topic into the ranges' names, not the
+    name again: at 1M topics, 4 MB where the names took 29."""
     names = sorted(ranges)
     lowers, uppers, labels = [], [], []
     for i, ns in enumerate(names):
@@ -227,7 +228,8 @@ def place(namespace: pa.Array, topic_hash: pa.Array,
             labels.append(label)
     n = len(namespace)
     if not lowers or n == 0:
-        return pa.array([FULL_BUNDLE] * n, pa.string())
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                              pa.array([FULL_BUNDLE], pa.string()))
     index = pc.fill_null(pc.index_in(namespace, pa.array(names, pa.string())), -1)
     index = index.to_numpy(zero_copy_only=False).astype(np.int64)
     h = pc.fill_null(topic_hash, 0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -237,7 +239,9 @@ def place(namespace: pa.Array, topic_hash: pa.Array,
     last = (upper & 0x1FFFFFFFF) == _LAST_BOUNDARY
     hit = (index >= 0) & (at >= 0) & ((key < upper) | (last & (key == upper)))
     # the range's label, or FULL_BUNDLE (one past the labels) where none holds the topic
-    return pa.array([*labels, FULL_BUNDLE], pa.string()).take(np.where(hit, at, len(labels)))
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.where(hit, at, len(labels)).astype(np.int32)),
+        pa.array([*labels, FULL_BUNDLE], pa.string()))
 
 
 def _bundle_shares(topics: pa.Table, per_source: pa.Table,
@@ -247,10 +251,11 @@ def _bundle_shares(topics: pa.Table, per_source: pa.Table,
     topics cannot be placed)."""
     placed = _with_namespace(topics)
     placed = placed.append_column(
-        "bundle", place(placed["namespace"].combine_chunks(),
-                        placed["topic_hash"].combine_chunks(), ranges))
+        "bundle", place(placed["namespace"], placed["topic_hash"], ranges))
     grouped = placed.group_by(["source", "namespace", "bundle"], use_threads=False).aggregate(
         [("topic", "count"), ("cluster", "max"), *[(n, "sum") for n in _BUNDLE_VALUES]])
+    at = grouped.schema.get_field_index("bundle")  # a few rows a broker: names again
+    grouped = grouped.set_column(at, "bundle", grouped["bundle"].cast(pa.string()))
     names = {"topic_count": "topics", "cluster_max": "cluster",
              **{f"{n}_sum": n for n in _BUNDLE_VALUES}}
     from_topics = grouped.rename_columns([names.get(n, n) for n in grouped.column_names])
