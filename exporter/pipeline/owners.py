@@ -10,7 +10,7 @@ copied (`kept`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -94,6 +94,17 @@ def _pair_keys(table: pa.Table) -> pa.ChunkedArray:
     return pc.binary_join_element_wise(table["source"].cast(pa.string()), table["topic"], "\0")
 
 
+def by_source(column: pa.ChunkedArray, sources: pa.ChunkedArray,
+              ) -> Iterator[tuple[pa.Array, str | None]]:
+    """Each chunk of `column` and the one source URL of its rows (`with_source`'s codes),
+    None where they have several, none or nulls, or where `sources` is chunked otherwise
+    (the columns of one table are chunked alike, as the merge's are)."""
+    if [len(c) for c in column.chunks] != [len(c) for c in sources.chunks]:
+        return ((chunk, None) for chunk in column.chunks)
+    return ((chunk, _one_source(source))
+            for chunk, source in zip(column.chunks, sources.chunks, strict=True))
+
+
 def chunks_by_source(column: pa.ChunkedArray, sources: pa.ChunkedArray,
                      ) -> dict[str, tuple[int, pa.Array]]:
     """Each source's one chunk of `column` and the row it starts at, of the chunks whose
@@ -102,8 +113,8 @@ def chunks_by_source(column: pa.ChunkedArray, sources: pa.ChunkedArray,
     own: dict[str, tuple[int, pa.Array]] = {}
     twice: set[str] = set()
     at = 0
-    for chunk, source in zip(column.chunks, chunks_like(sources, column), strict=True):
-        if (name := one_source(source)) is not None:
+    for chunk, name in by_source(column, sources):
+        if name is not None:
             if name in own:
                 twice.add(name)
             own[name] = (at, chunk)
@@ -111,20 +122,7 @@ def chunks_by_source(column: pa.ChunkedArray, sources: pa.ChunkedArray,
     return {name: found for name, found in own.items() if name not in twice}
 
 
-def chunks_like(column: pa.ChunkedArray, like: pa.ChunkedArray) -> list[pa.Array]:
-    """`column`'s chunks cut as `like`'s are (the columns of one table usually are)."""
-    if [len(c) for c in column.chunks] == [len(c) for c in like.chunks]:
-        return list(column.chunks)
-    out, at = [], 0
-    for chunk in like.chunks:
-        out.append(column.slice(at, len(chunk)).combine_chunks())
-        at += len(chunk)
-    return out
-
-
-def one_source(source: pa.Array) -> str | None:
-    """The one source URL of a chunk of a `source` column (`with_source`'s codes); None
-    when it has several, none, or nulls."""
+def _one_source(source: pa.Array) -> str | None:
     if not isinstance(source, pa.DictionaryArray) or not len(source) or source.null_count:
         return None
     codes = source.indices.to_numpy(zero_copy_only=False)
@@ -139,14 +137,10 @@ def coded_topics(subscriptions: pa.Table, topics: pa.Table) -> pa.Table:
     (model.SUBSCRIPTIONS). The rare chunk whose topics are not all there (rows of several
     brokers, a name its broker does not list) is coded over its own names."""
     own = chunks_by_source(topics["topic"], topics["source"])
-    names = subscriptions["topic"]
     coded = []
-    for chunk, source in zip(names.chunks, chunks_like(subscriptions["source"], names),
-                             strict=True):
-        _, listed = own.get(one_source(source) or "", (0, None))
-        rows = None
-        if listed is not None:
-            rows = pc.index_in(chunk, listed)
+    for chunk, name in by_source(subscriptions["topic"], subscriptions["source"]):
+        listed = own.get(name or "", (0, None))[1]
+        rows = pc.index_in(chunk, listed) if listed is not None else None
         if rows is None or rows.null_count:
             encoded = pc.dictionary_encode(chunk)
             rows, listed = encoded.indices, encoded.dictionary

@@ -1,7 +1,8 @@
-"""Each subscription's topic row (`engine/columns.positions`), looked up among its own
-broker's topics first: the same rows as one lookup among every topic, whatever the chunks
-(a broker's in one, in two, several brokers' in one) and wherever a subscription's topic
-is (its own broker's chunk, another's, none)."""
+"""Each subscription's topic row (`engine/columns.positions`): its code where the merge
+coded it over its own broker's topics (`pipeline/owners.coded_topics`), else a lookup among
+every topic. The same rows as one lookup among every topic, whatever the chunks (a
+broker's in one, in two, several brokers' in one) and wherever a subscription's topic is
+(its own broker's chunk, another's, none)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.engine.columns import positions
+from exporter.pipeline.owners import coded_topics
 
 SOURCES = pa.array(["http://a:8080/metrics", "http://b:8080/metrics", "http://c:8080/metrics"])
 
@@ -58,8 +60,15 @@ def tables(draw):
 def test_a_subscriptions_topic_row_is_the_same_looked_up_by_broker_first(drawn):
     values, value_sources, keys, key_sources, row_of = drawn
     expected = [row_of.get(v, -1) for v in values.to_pylist()]
+    coded = coded_topics(pa.table({"topic": values, "source": value_sources}),
+                         pa.table({"topic": keys, "source": key_sources}))["topic"]
+    assert coded.to_pylist() == values.to_pylist()
     assert positions(values, keys).tolist() == expected
     assert positions(values, keys, value_sources, key_sources).tolist() == expected
+    assert positions(coded, keys, value_sources, key_sources).tolist() == expected
+    # sources chunked otherwise than the values: every value looked up among all
+    whole = pa.chunked_array([value_sources.combine_chunks()]) if len(values) else value_sources
+    assert positions(coded, keys, whole, key_sources).tolist() == expected
 
 
 def test_a_topic_of_another_broker_or_of_none_is_found_among_all():
@@ -67,6 +76,20 @@ def test_a_topic_of_another_broker_or_of_none_is_found_among_all():
     key_sources = _sources([0, 0, 1], [2])
     values = _column(["z", "x", "y", "w", "x"], [2, 4], pa.string())
     value_sources = _sources([1, 1, 0, 0, 2], [2, 4])
-    found = positions(values, keys, value_sources, key_sources)
-    assert found.dtype == np.int64
-    assert found.tolist() == [2, 0, 1, -1, 0]
+    coded = coded_topics(pa.table({"topic": values, "source": value_sources}),
+                         pa.table({"topic": keys, "source": key_sources}))["topic"]
+    for named in (values, coded):
+        found = positions(named, keys, value_sources, key_sources)
+        assert found.dtype == np.int64
+        assert found.tolist() == [2, 0, 1, -1, 0]
+
+
+def test_a_chunk_coded_over_its_brokers_topics_reads_its_codes_from_that_chunks_row():
+    keys = _column(["x", "y", "z", "v"], [2], pa.string())
+    key_sources = _sources([0, 0, 1, 1], [2])
+    values = _column(["v", "z", "z", "x"], [3], pa.string())
+    value_sources = _sources([1, 1, 1, 0], [3])
+    coded = coded_topics(pa.table({"topic": values, "source": value_sources}),
+                         pa.table({"topic": keys, "source": key_sources}))["topic"]
+    assert [c.dictionary.to_pylist() for c in coded.chunks] == [["z", "v"], ["x", "y"]]
+    assert positions(coded, keys, value_sources, key_sources).tolist() == [3, 2, 2, 0]
