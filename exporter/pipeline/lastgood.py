@@ -21,7 +21,7 @@ cannot tell it from an unloaded one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -60,8 +60,8 @@ def _dropped_rows(before: Packed | None, now: SourceTables) -> SourceTables | No
     """`before`'s rows of the topics `now` lists no more, if any (decoded only then)."""
     if before is None:
         return None
-    dropped = pc.unique(before.topic.filter(pc.invert(pc.is_in(before.topic,
-                                                                now.topics["topic"]))))
+    was = before.topic_names()
+    dropped = pc.unique(was.filter(pc.invert(pc.is_in(was, now.topics["topic"]))))
     return rows_of(before.unpacked(), dropped) if len(dropped) else None
 
 
@@ -138,13 +138,14 @@ class LastGood:
         """Topics held now: listed before, by no broker now (each counted once)."""
         return len(self._held_topics())
 
-    def stale(self, fresh: Collection[str]) -> frozenset[str]:
+    def stale(self, current: Mapping[str, SourceTables]) -> frozenset[str]:
         """Topics in use that no broker listed afresh: held ones, and those of brokers
-        whose fetch failed (`fresh`: the URLs fetched this cycle) listed by no other."""
-        parts = [kept.topic for u, kept in self._kept.items() if u not in fresh]
+        whose fetch failed (`current`: `update`'s, the brokers fetched this cycle) listed
+        by no other."""
+        parts = [kept.topic_names() for u, kept in self._kept.items() if u not in current]
         if not parts:
             return frozenset(self._held_topics())
-        listed = [kept.topic for u, kept in self._kept.items() if u in fresh]
+        listed = [tables.topics["topic"].combine_chunks() for tables in current.values()]
         old = pa.concat_arrays(parts)
         if listed:
             old = old.filter(pc.invert(pc.is_in(old, pa.concat_arrays(listed))))

@@ -87,13 +87,13 @@ def test_a_disagreement_is_only_with_pulsars_own_limits() -> None:
 
 def test_stale_topics_are_held_ones_and_those_of_a_broker_down() -> None:
     last = LastGood()
-    last.update({A: tables(100.0, t1=5, t2=7), B: tables(100.0, t3=1, t4=2)})
-    assert last.stale({A, B}) == frozenset()
-    last.update({A: tables(100.0, t1=5), B: tables(100.0, t3=1, t4=2)})
-    held = last.stale({A, B})
+    current = last.update({A: tables(100.0, t1=5, t2=7), B: tables(100.0, t3=1, t4=2)})
+    assert last.stale(current) == frozenset()
+    current = last.update({A: tables(100.0, t1=5), B: tables(100.0, t3=1, t4=2)})
+    held = last.stale(current)
     assert {t.rsplit("/", 1)[1] for t in held} == {"t2"} and last.held() == 1
-    last.update({A: tables(100.0, t1=5, t4=2)})  # B down; its t4 moved to A
-    assert {t.rsplit("/", 1)[1] for t in last.stale({A})} == {"t2", "t3"}
+    current = last.update({A: tables(100.0, t1=5, t4=2)})  # B down; its t4 moved to A
+    assert {t.rsplit("/", 1)[1] for t in last.stale(current)} == {"t2", "t3"}
     assert last.held() == 1  # t3 is a down broker's: stale, not held
 
 
