@@ -27,7 +27,7 @@ def add_topics(b: MetricSetBuilder, cluster: str, topics: TopicDecisions, topic_
     """The topics' own series (those `max_topics` keeps) and their eviction counters at 0;
     without topic-level series, only the seeds the namespace sums need."""
     if topic_level:  # else rendered without: at 1M topics 8 s of series unread
-        published = _published(topics, max_topics)
+        published = published_topics(topics, max_topics)
         _add_topics(b, cluster, published, enforce, subscriptions_at)
         _seed_evictions(b, cluster, ((d.namespace, d.topic) for d in published if evicts(d)))
     else:  # summed per namespace: every namespace's, whichever topics max_topics keeps
@@ -154,7 +154,7 @@ def _first_evicting(columns: TopicColumns) -> list[tuple[str, str]]:
     return [(namespaces[k], columns.topic[k]) for k in sorted(firsts.values())]
 
 
-def _published(topics: TopicDecisions, cap: int | None) -> list[TopicDecision]:
+def published_topics(topics: TopicDecisions, cap: int | None) -> list[TopicDecision]:
     """The topics whose series are published under `filters.max_topics`: those over a
     quota first, then the oldest and largest backlogs (what an operator looks for), then
     by name, so that the choice only moves when the backlogs do. Chosen on the columns:

@@ -186,7 +186,7 @@ class Exporter:
         # The JSON view is made when /api/v1/status asks, from these immutable parts: at
         # 100k topics making and serialising it took 1.4-1.7 s a cycle and held 46 MB.
         status = partial(view, self.config.cluster, now, decisions, snapshot.health,
-                         dict(stages))
+                         dict(stages), self.config.filters.max_topics)
         degraded = tuple(f"source {h.source} down: {h.last_error_detail}"
                          for h in snapshot.health if not h.up)
         parts.state.publish(body, status, degraded=degraded)

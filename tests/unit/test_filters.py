@@ -4,6 +4,7 @@ Pulsar broker through Spark is tests/integration/test_apache_pulsar_filters.py."
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pyarrow as pa
@@ -84,6 +85,22 @@ def test_max_topics_publishes_those_over_quota_first_then_the_largest_backlogs()
     assert m.value("pulsar_quota_exporter_topics") == 5  # all checked
     assert m.value("pulsar_quota_exporter_topics_dropped", reason="max_topics") == 2
     assert m.value("pulsar_quota_exporter_topics_dropped", reason="filtered") == 0
+
+
+def test_max_topics_lists_in_the_status_the_topics_metrics_publishes_and_counts_the_rest():
+    """/api/v1/status and `check --format json` (one document) list the topics /metrics
+    publishes under `filters.max_topics`, by name, and count the others; without the cap,
+    every topic and no count, as before."""
+    backlogs = {"a-small": 1, "b-over": 30, "c-mid": 10, "d-over": 25, "e-tiny": 0}
+    exporter, _ = _exporter([body(backlogs)], filters={"max_topics": 3})
+    status = exporter.cycle().status
+    assert [t["topic"] for t in status["topics"]] == [full("b-over"), full("c-mid"),
+                                                      full("d-over")]
+    assert status["topics_dropped"] == 2
+    assert json.loads(exporter.parts.state.current.status())["topics_dropped"] == 2
+    exporter, _ = _exporter([body(backlogs)])
+    status = exporter.cycle().status
+    assert len(status["topics"]) == 5 and "topics_dropped" not in status
 
 
 def test_filtered_topics_are_counted_and_not_checked():

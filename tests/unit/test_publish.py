@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from exporter.catalogue import ENFORCERS
 from exporter.config.model import RetentionPolicy
-from exporter.exposition.build_topics import enforcer
+from exporter.exposition.build_topics import enforcer, published_topics
 
 HOLD, EXC, EVICT = (RetentionPolicy.PRODUCER_REQUEST_HOLD, RetentionPolicy.PRODUCER_EXCEPTION,
                     RetentionPolicy.CONSUMER_BACKLOG_EVICTION)
@@ -155,7 +155,6 @@ def test_max_topics_keeps_those_over_a_quota_then_the_oldest_largest_then_by_nam
 
     from exporter.engine.backlog import LimitStatus
     from exporter.engine.topicdecisions import TopicDecisions
-    from exporter.exposition.build_topics import _published
 
     base = _decisions().topics[0]
     decisions = TopicDecisions.of(
@@ -167,7 +166,7 @@ def test_max_topics_keeps_those_over_a_quota_then_the_oldest_largest_then_by_nam
         return v if v is not None and math.isfinite(v) else 0.0
 
     expected = sorted(topics, key=lambda t: (not t[1], -known(t[2]), -known(t[3]), t[0]))
-    got = [d.topic for d in _published(decisions, cap)]
+    got = [d.topic for d in published_topics(decisions, cap)]
     assert got == [t[0] for t in (expected[:cap] if len(topics) > cap else topics)]
 
 
