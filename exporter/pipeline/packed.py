@@ -9,9 +9,9 @@ and through the decide, for the one use of a broker whose next fetch fails. It n
 the payloads its task sent (on the bench's bodies an eighth of the decoded size); a broker's
 tables are decoded again only when they are used: its fetch failed, or it lists fewer topics
 than before. The one column every cycle compares, its topic names, is decoded alone from
-the payload (`topic_names`: 0.6 ms a broker of 10k topics) where it was kept decoded, 84 MB
-of Arrow's pool between cycles at 1M topics (tracemalloc), and a copy of it beside the
-decoded tables through the merge.
+the payload when compared (`topic_names`: 0.6 ms a broker of 10k topics); kept decoded, it
+held the driver 42 MB higher between cycles at 1M topics, and 29-51 MB at the peaks
+(tests.bench.steady, side by side).
 """
 
 from __future__ import annotations
