@@ -2,10 +2,12 @@
 through the real broker side (the Spark job, local): a denied topic is neither checked nor
 exported nor summed into its namespace; a deleted topic's series end at the next cycle and
 its eviction counters after `exposition.forget_after`; a departed subscription's series end
-at the next cycle; `filters.max_topics` keeps the topics over a quota and counts the rest."""
+at the next cycle; `filters.max_topics` keeps the topics over a quota and counts the rest,
+on /metrics and in /api/v1/status."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -128,5 +130,8 @@ def test_max_topics_keeps_the_topics_over_quota_and_counts_the_rest(
         topics = m.value("pulsar_quota_exporter_topics")
         assert topics > 1  # other tests' topics: checked, not published
         assert m.value(DROPPED, reason="max_topics") == topics - 1
+        status = json.loads(exporter.parts.state.current.status())  # /api/v1/status
+        assert [t["topic"] for t in status["topics"]] == [over]
+        assert status["topics_dropped"] == topics - 1
     finally:
         exporter.close()
