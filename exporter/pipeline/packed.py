@@ -10,7 +10,7 @@ the payloads its task sent (on the bench's bodies an eighth of the decoded size)
 tables are decoded again only when they are used: its fetch failed, or it lists fewer topics
 than before. The one column every cycle compares, its topic names, is decoded alone from
 the payload when compared (`topic_names`: 0.6 ms a broker of 10k topics); kept decoded, it
-held the driver 42 MB higher between cycles at 1M topics, and 29-51 MB at the peaks
+held the driver 42 MB higher between cycles at 1M topics, and 27-57 MB at the peaks
 (tests.bench.steady, side by side).
 """
 
