@@ -65,6 +65,11 @@ def _dropped_rows(before: Packed | None, now: SourceTables) -> SourceTables | No
     return rows_of(before.unpacked(), dropped) if len(dropped) else None
 
 
+def _listed(current: Mapping[str, SourceTables]) -> pa.Array:
+    """Every topic the brokers fetched this cycle list (`current` not empty)."""
+    return pa.concat_arrays([current[u].topics["topic"].combine_chunks() for u in sorted(current)])
+
+
 # What `update` takes: a broker's URL and its tables fetched afresh, with the task's
 # payloads they were decoded from (packed.py) where there are some.
 Fresh = Mapping[str, SourceTables] | Iterable[tuple[str, SourceTables, Mapping[str, bytes]]]
@@ -101,8 +106,7 @@ class LastGood:
         if not unlisted:
             return current
         # Every topic any broker lists now, before any of this cycle's holds is added.
-        listed = pa.concat_arrays([current[u].topics["topic"].combine_chunks()
-                                   for u in sorted(current)])
+        listed = _listed(current)
         for url, before in unlisted.items():
             was = pc.unique(before.topics["topic"])
             current[url] = self._hold(url, current[url], before,
@@ -145,10 +149,9 @@ class LastGood:
         parts = [kept.topic_names() for u, kept in self._kept.items() if u not in current]
         if not parts:
             return frozenset(self._held_topics())
-        listed = [tables.topics["topic"].combine_chunks() for tables in current.values()]
         old = pa.concat_arrays(parts)
-        if listed:
-            old = old.filter(pc.invert(pc.is_in(old, pa.concat_arrays(listed))))
+        if current:
+            old = old.filter(pc.invert(pc.is_in(old, _listed(current))))
         return frozenset(old.drop_null().to_pylist()) | self._held_topics()
 
     def tables(self, urls: Sequence[str], current: Mapping[str, SourceTables] | None = None,
