@@ -27,7 +27,12 @@ from exporter.engine.columns import counts, floats, positions, ranked, rows_of, 
 from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.measures import Measures
 from exporter.engine.participant import GroupKey, Participant, Round
-from exporter.engine.publishtimes import Subscriptions, publish_times
+from exporter.engine.publishtimes import (
+    ESTIMATED,
+    LOWER_BOUND,
+    Subscriptions,
+    publish_times,
+)
 from exporter.engine.quotas import ResolvedQuota, Resolver
 from exporter.engine.sizes import message_sizes, slowest_backlogs
 from exporter.engine.systemtopics import is_system_topic
@@ -38,6 +43,7 @@ from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot
 
 NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
+_AT_ONCE = 1 << 16  # subscriptions whose age estimates are worked out at once
 
 
 def _ours(topics: pa.ChunkedArray, own: tuple[str, ...]) -> np.ndarray:
@@ -115,37 +121,49 @@ class Decider:
             self.peer.reconfigure(config.resource_group_engine)
 
     # --- backlog --------------------------------------------------------------------------
-    def _subscriptions(self, agg: Aggregates, at: np.ndarray, backlogs: np.ndarray,
-                       rows: np.ndarray, published: np.ndarray, per_entries: np.ndarray,
-                       now: float,
-                       ) -> tuple[Subscriptions, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every subscription grouped by topic row (`at`: each one's, -1 where none;
-        `rows`: each topic's age table, -1 where none or not observed now), with, in that
-        order, the age tables' estimate of its age and whether it is a lower bound, its
-        backlog as printed, and the age its broker printed (PIP-492's gauge, Pulsar >= 5.0;
-        NaN where none)."""
-        subscriptions = agg.subscriptions
+    def _subscriptions(self, subscriptions: pa.Table, order: np.ndarray, at: np.ndarray,
+                       backlogs: np.ndarray, rows: np.ndarray, published: np.ndarray,
+                       per_entries: np.ndarray, now: float,
+                       ) -> tuple[Subscriptions, np.ndarray]:
+        """Every subscription grouped by topic row, its publish time and source the age
+        tables' estimate (publishtimes.py takes it from there), and the age its broker
+        printed (PIP-492's gauge, Pulsar >= 5.0; NaN where none), in that order. `order`
+        puts the table's rows in topic-row order (those of no topic first); `at` and
+        `backlogs` are each one's topic row (-1 where none) and backlog as printed, in
+        that order already; `rows`: each topic's age table (-1 where none or not observed
+        now).
+
+        Only the results are subscription-sized: the estimates' arguments are worked out
+        `_AT_ONCE` subscriptions at a time. Each argument of every subscription at once, and
+        each result in the table's order beside its reordered copy, were 150 MB of the
+        decide's peak at 2M subscriptions (tests.bench.steady)."""
         # A subscription of no topic (at -1) reads the last of each: no table.
         rows, published = np.append(rows, -1), np.append(published, 0)
-        # int(backlog), then round(messages × per_entry): the backlog in entries (sizes.py)
-        entries = np.round(np.trunc(backlogs) * np.append(per_entries, 1.0)[at])
-        estimated, lower = self.ages.ages(rows[at], np.clip(entries, 0, 2**62).astype(np.int64),
-                                          published[at], now)
-        order = np.argsort(at, kind="stable")  # by topic row; those of no topic first
-        printed = floats(subscriptions["backlog_age_seconds"], math.nan)
-        ordered = backlogs[order]
+        per_entries = np.append(per_entries, 1.0)
+        estimated, lower = np.empty(len(at)), np.empty(len(at), bool)
+        for lo in range(0, len(at), _AT_ONCE):
+            part, hi = at[lo:lo + _AT_ONCE], lo + _AT_ONCE
+            # int(backlog), then round(messages × per_entry): the backlog in entries (sizes.py)
+            entries = np.round(np.trunc(backlogs[lo:hi]) * per_entries[part])
+            estimated[lo:hi], lower[lo:hi] = self.ages.ages(
+                rows[part], np.clip(entries, 0, 2**62).astype(np.int64), published[part], now)
+        # the estimates as publish times (NaN where none), in place: publishtimes.py's start
+        source = np.where(np.isnan(estimated) | ~lower, ESTIMATED, LOWER_BOUND).astype(np.int8)
+        publish = np.subtract(now, estimated, out=estimated)
+        del lower
+        printed = floats(subscriptions["backlog_age_seconds"], math.nan)[order]
         # a subscription's name is its key: never null
         names, rank = ranked(subscriptions["subscription"].take(order).combine_chunks())
-        row = at[order]
+        # int(backlog), a NaN none, clipped to what an int64 holds
+        messages = np.nan_to_num(backlogs)
+        np.clip(np.trunc(messages, out=messages), -2.0**62, 2.0**62, out=messages)
         # rows and ranks as int32 (topics and names < 2^31): the decisions hold both
         # until the next cycle, 8 bytes a subscription less, 16 MB at 2M
         grouped = Subscriptions(
-            np.searchsorted(row, np.arange(len(rows))), row.astype(np.int32),
-            cast(list[str], names), rank.astype(np.int32),
-            # int(backlog), a NaN none, clipped to what an int64 holds
-            np.clip(np.trunc(np.nan_to_num(ordered)), -2.0**62, 2.0**62).astype(np.int64),
-            np.full(len(order), np.nan), np.zeros(len(order), np.int8))
-        return grouped, estimated[order], lower[order], ordered, printed[order]
+            np.searchsorted(at, np.arange(len(rows))), at.astype(np.int32),
+            cast(list[str], names), rank.astype(np.int32), messages.astype(np.int64),
+            publish, source)
+        return grouped, printed
 
     def _published(self, agg: Aggregates, admin: AdminSnapshot | None, checked: np.ndarray,
                    now: float) -> tuple[Subscriptions, list[str], np.ndarray, np.ndarray]:
@@ -156,21 +174,26 @@ class Decider:
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now
         topics = agg.topics["topic"]  # never null
+        published, counted = counts(agg.topics["msg_in_total"])
+        # Every table first, the tables over their bound thinned together (agetable.py),
+        # before any subscription-sized array is made.
+        observed = counted & checked
+        rows = self.ages.observe_all(topics, published, observed, now)
         gauge = floats(agg.topics["backlog_age_seconds"], math.nan)
         # The broker prints -1 until its backlog-quota check has measured the age.
         with np.errstate(invalid="ignore"):
             gauge = np.where(np.isfinite(gauge) & (gauge >= 0), gauge, np.nan)
-        published, counted = counts(agg.topics["msg_in_total"])
         at = positions(agg.subscriptions["topic"], topics,
                        agg.subscriptions["source"], agg.topics["source"])
         backlogs = floats(agg.subscriptions["backlog_messages"], 0.0)
         averages, per_entries = message_sizes(
             agg.topics, slowest_backlogs(at, backlogs, len(topics)), published)
-        # Every table first, the tables over their bound thinned together (agetable.py).
-        observed = counted & checked
-        rows = self.ages.observe_all(topics, published, observed, now)
-        grouped, estimates, bounds, ordered, printed = self._subscriptions(
-            agg, at, backlogs, np.where(observed, rows, -1), published, per_entries, now)
+        order = np.argsort(at, kind="stable")  # by topic row; those of no topic first
+        at, backlogs = at[order], backlogs[order]  # the table's order is not kept
+        grouped, printed = self._subscriptions(
+            agg.subscriptions, order, at, backlogs, np.where(observed, rows, -1), published,
+            per_entries, now)
+        del order, at
         # one str a topic across cycles, not one each: made here only for those no table
         # has (topics not observed, which have none)
         names = cast(list[str], self.ages.names(rows))
@@ -179,7 +202,7 @@ class Decider:
             names[i] = topic
         views = {r: stats[t] for r, t in enumerate(names) if t in stats} if stats else {}
         subs, self._measured = publish_times(
-            grouped, names, checked, estimates, bounds, ordered, printed, gauge, views,
+            grouped, names, checked, backlogs, printed, gauge, views,
             admin_at, now, self._measured)
         return subs, names, averages, rows
 
