@@ -27,7 +27,7 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.pipeline.packed import Packed
+from exporter.pipeline.packed import Packed, coded
 from exporter.pipeline.tables import SourceTables
 
 log = logging.getLogger(__name__)
@@ -49,11 +49,18 @@ def rows_of(tables: SourceTables, topics: pa.Array) -> SourceTables:
 def with_topics_of(fresh: SourceTables, before: SourceTables, topics: pa.Array) -> SourceTables:
     """`fresh` plus `before`'s rows of `topics` (and of their subscriptions)."""
     kept = rows_of(before, topics)
-    return replace(
+    return coded(replace(
         fresh,
         topics=pa.concat_tables([fresh.topics, kept.topics]).combine_chunks(),
         subscriptions=pa.concat_tables(
-            [fresh.subscriptions, kept.subscriptions]).combine_chunks())
+            [_named_topics(fresh.subscriptions), _named_topics(kept.subscriptions)],
+        ).combine_chunks()))
+
+
+def _named_topics(subscriptions: pa.Table) -> pa.Table:
+    """The subscriptions' topics as names (packed.py codes them)."""
+    at = subscriptions.schema.get_field_index("topic")
+    return subscriptions.set_column(at, "topic", subscriptions["topic"].cast(pa.string()))
 
 
 def _dropped_rows(before: Packed | None, now: SourceTables) -> SourceTables | None:

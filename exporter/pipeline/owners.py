@@ -24,8 +24,21 @@ def with_source(parts: Sequence[tuple[str, pa.Table]], sources: Sequence[str]) -
         raise ValueError("no tables")
     dictionary = pa.array(sources, pa.string())
     code = {s: i for i, s in enumerate(sources)}
-    return pa.concat_tables([t.append_column("source", pa.DictionaryArray.from_arrays(
-        pa.array(np.full(t.num_rows, code[s], np.int32)), dictionary)) for s, t in parts])
+    return pa.concat_tables(_alike([t.append_column("source", pa.DictionaryArray.from_arrays(
+        pa.array(np.full(t.num_rows, code[s], np.int32)), dictionary)) for s, t in parts]))
+
+
+def _alike(tables: list[pa.Table]) -> list[pa.Table]:
+    """The tables, their columns of names as plain strings where some broker's are coded
+    (packed.py) and another's are not: tables made apart (tests, a replay's)."""
+    if len({t.schema for t in tables}) == 1:
+        return tables
+    def plain(t: pa.Table) -> pa.Table:
+        for at, f in enumerate(t.schema):
+            if f.name != "source" and pa.types.is_dictionary(f.type):
+                t = t.set_column(at, f.name, t[f.name].cast(f.type.value_type))
+        return t
+    return [plain(t) for t in tables]
 
 
 def kept(table: pa.Table, keep: np.ndarray | pa.ChunkedArray) -> pa.Table:
@@ -91,7 +104,8 @@ def owned(subscriptions: pa.Table, dropped: pa.Table) -> pa.Table:
 
 def _pair_keys(table: pa.Table) -> pa.ChunkedArray:
     """(source, topic) as one string each: neither holds a NUL."""
-    return pc.binary_join_element_wise(table["source"].cast(pa.string()), table["topic"], "\0")
+    return pc.binary_join_element_wise(table["source"].cast(pa.string()),
+                                       table["topic"].cast(pa.string()), "\0")
 
 
 def by_source(column: pa.ChunkedArray, sources: pa.ChunkedArray,
@@ -137,14 +151,19 @@ def coded_topics(subscriptions: pa.Table, topics: pa.Table) -> pa.Table:
     (model.SUBSCRIPTIONS). The rare chunk whose topics are not all there (rows of several
     brokers, a name its broker does not list) is coded over its own names."""
     own = chunks_by_source(topics["topic"], topics["source"])
-    coded = []
+    coded, column_type = [], pa.dictionary(pa.int32(), pa.string())
     for chunk, name in by_source(subscriptions["topic"], subscriptions["source"]):
         listed = own.get(name or "", (0, None))[1]
+        if listed is not None and isinstance(chunk, pa.DictionaryArray) \
+                and chunk.dictionary.equals(listed):  # coded so already (packed.py)
+            coded.append(chunk.cast(column_type))
+            continue
+        chunk = chunk.cast(pa.string())
         rows = pc.index_in(chunk, listed) if listed is not None else None
         if rows is None or rows.null_count:
             encoded = pc.dictionary_encode(chunk)
             rows, listed = encoded.indices, encoded.dictionary
         coded.append(pa.DictionaryArray.from_arrays(rows.cast(pa.int32()), listed))
-    column = pa.chunked_array(coded, pa.dictionary(pa.int32(), pa.string()))
+    column = pa.chunked_array(coded, column_type)
     return subscriptions.set_column(subscriptions.schema.get_field_index("topic"), "topic",
                                     column)
