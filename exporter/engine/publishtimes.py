@@ -135,8 +135,9 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     """`grouped` with every subscription's publish time, source and admin bytes, and this
     cycle's measures. `grouped` comes with the age tables' times (NaN: none) and sources
     (ESTIMATED, LOWER_BOUND), which are overwritten in place: at 2M subscriptions a copy
-    of each was 18 MB more at the decide's peak. Per subscription, in `grouped`'s order:
-    `backlogs` as printed, `printed` its own age on /metrics (PIP-492; < 0 or NaN: none).
+    of each held the decide's peak 14 MB higher (sampled, 2026-12-02). Per subscription,
+    in `grouped`'s order: `backlogs` as printed, `printed` its own age on /metrics
+    (PIP-492; < 0 or NaN: none).
     Per topic row: `topics` (names), `checked`, `gauge` (PIP-323's age, NaN: none),
     `stats` (the admin REST's views). `before`: the last cycle's measures."""
     row, names, starts = grouped.row, grouped.names, grouped.starts
