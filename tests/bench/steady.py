@@ -15,7 +15,10 @@ job, the merge and its hand-back, the decide, the /metrics body under `max_topic
 10,000, `FullCollections.after_cycle`); after each, the driver's resident set (this
 process) before and after `after_cycle`, and its peaks (VmHWM) in the job and the merge,
 and in the decide and the publication; the JVM's and the Python workers' peaks at the
-end.
+end. The header names Arrow's memory pool (the system one unless
+ARROW_DEFAULT_MEMORY_POOL says otherwise: mimalloc read 150-200 MB higher at 1M topics),
+and the last line the share of the busy CPU time the hypervisor took over the run
+(steal, in /proc/stat), since a noisy host moves the cycle's seconds by half.
 """
 
 from __future__ import annotations
@@ -117,7 +120,11 @@ def main() -> None:
     from exporter.pipeline.session import get_context
 
     context = get_context(Spark(master=args.master))
-    print(f"({args.master}, {os.cpu_count()} cores)\n")
+    import pyarrow as pa  # after exporter's, which chooses the pool (exporter/__init__.py)
+
+    print(f"({args.master}, {os.cpu_count()} cores, Arrow's "
+          f"{pa.default_memory_pool().backend_name} memory pool)\n")
+    cpu = _cpu_jiffies()
     print("| topics | age tables full MB | cycle | s (job and merge) | driver MB between "
           "cycles: as glibc keeps it | after `after_cycle` (its time) | driver peak MB: "
           "job and merge | decide and publication |")
@@ -125,6 +132,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pqe-bench-") as tmp:
         for total in (int(t) for t in args.topics.split(",")):
             steady(context, total, args.brokers, Path(tmp), pip323=args.pip323)
+    spent = [b - a for a, b in zip(cpu, _cpu_jiffies(), strict=True)]
+    busy = sum(spent) - spent[3] - spent[4]  # all but idle and iowait
+    print(f"\nsteal: {spent[7] / max(1, busy):.1%} of the busy CPU time over the run")
+
+
+def _cpu_jiffies() -> list[int]:
+    """The machine's CPU time so far, by kind (/proc/stat's `cpu` line: the 4th idle,
+    5th iowait, 8th steal)."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
 if __name__ == "__main__":
