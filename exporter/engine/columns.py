@@ -31,12 +31,17 @@ def shared(column: pa.ChunkedArray) -> list[str | None]:
 
 
 def ranked(array: pa.Array) -> tuple[list[str | None], np.ndarray]:
-    """`shared`'s values of one array, and where each sorts among them (int64; as Python
-    orders str: UTF-8's byte order is that of code points), from one dictionary encoding."""
+    """One array's distinct values in Python's str order (UTF-8's byte order is that of
+    code points), None first (where null), and each value's index among them (int32): where
+    it sorts, and its value without a str a row (a list of 2M, held with the decisions, is
+    16 MB), from one dictionary encoding."""
     encoded = pc.dictionary_encode(array)
-    rank = np.append(np.asarray(pc.rank(encoded.dictionary, "ascending"), np.int64), 0)
+    order = pc.sort_indices(encoded.dictionary)  # sorted position -> dictionary code
+    rank = np.empty(len(order), np.int32)
+    rank[order.to_numpy()] = np.arange(1, len(order) + 1, dtype=np.int32)
+    rank = np.append(rank, np.int32(0))  # a null's
     indices = encoded.indices.fill_null(len(rank) - 1).to_numpy(zero_copy_only=False)
-    return _words(encoded, {}), rank[indices]
+    return [None, *encoded.dictionary.take(order).to_pylist()], rank[indices]
 
 
 def _words(encoded: pa.DictionaryArray, distinct: dict[str, str]) -> list[str | None]:
@@ -64,7 +69,7 @@ def floats(column: pa.ChunkedArray | pa.Array, null: float) -> np.ndarray:
 def positions(values: pa.ChunkedArray, keys: pa.ChunkedArray,
               value_sources: pa.ChunkedArray | None = None,
               key_sources: pa.ChunkedArray | None = None) -> np.ndarray:
-    """Each value's row among `keys` (unique: an entity table's), -1 where none: each
+    """Each value's row among `keys` (unique: an entity table's; int32), -1 where none: each
     subscription's topic row, worked out once a cycle for every use of it. With the
     tables' `source` columns, a chunk of values coded over its own broker's chunk of keys
     (pipeline/owners.coded_topics: the merge found them there) is its codes, and only the
@@ -74,7 +79,7 @@ def positions(values: pa.ChunkedArray, keys: pa.ChunkedArray,
     if value_sources is None or key_sources is None:
         return _rows(values, keys)
     own = chunks_by_source(keys, key_sources)
-    found, at = np.full(len(values), -1, np.int64), 0
+    found, at = np.full(len(values), -1, np.int32), 0
     for chunk, name in by_source(values, value_sources):
         first, listed = own.get(name or "", (0, None))
         if listed is not None and isinstance(chunk, pa.DictionaryArray) \
@@ -90,4 +95,4 @@ def positions(values: pa.ChunkedArray, keys: pa.ChunkedArray,
 
 def _rows(values: pa.Array | pa.ChunkedArray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(pc.fill_null(pc.index_in(values, keys), -1)
-                      .to_numpy(zero_copy_only=False), np.int64)
+                      .to_numpy(zero_copy_only=False), np.int32)

@@ -121,49 +121,40 @@ class Decider:
             self.peer.reconfigure(config.resource_group_engine)
 
     # --- backlog --------------------------------------------------------------------------
-    def _subscriptions(self, subscriptions: pa.Table, order: np.ndarray, at: np.ndarray,
-                       backlogs: np.ndarray, rows: np.ndarray, published: np.ndarray,
-                       per_entries: np.ndarray, now: float,
-                       ) -> tuple[Subscriptions, np.ndarray]:
+    def _subscriptions(self, at: np.ndarray, backlogs: np.ndarray, words: list[str | None],
+                       rank: np.ndarray, rows: np.ndarray, published: np.ndarray,
+                       per_entries: np.ndarray, now: float) -> Subscriptions:
         """Every subscription grouped by topic row, its publish time and source the age
-        tables' estimate (publishtimes.py takes it from there), and the age its broker
-        printed (PIP-492's gauge, Pulsar >= 5.0; NaN where none), in that order. `order`
-        puts the table's rows in topic-row order (those of no topic first); `at` and
-        `backlogs` are each one's topic row (-1 where none) and backlog as printed, in
-        that order already; `rows`: each topic's age table (-1 where none or not observed
-        now).
+        tables' estimate (publishtimes.py takes it from there). In topic-row order (those of
+        no topic first): `at` each one's topic row (int32, -1 where none), `backlogs` its
+        backlog as printed, `words` and `rank` its name (columns.ranked). Per topic row:
+        `rows` its age table (-1 where none or not observed now), `published` its counter,
+        `per_entries` its messages per backlog entry.
 
-        Only the results are subscription-sized: the estimates' arguments are worked out
-        `_AT_ONCE` subscriptions at a time. Each argument of every subscription at once, and
-        each result in the table's order beside its reordered copy, held the decide's peak
-        75 MB higher at 2M subscriptions (one cycle, sampled side by side, 2026-12-02)."""
-        # A subscription of no topic (at -1) reads the last of each: no table.
-        rows, published = np.append(rows, -1), np.append(published, 0)
-        per_entries = np.append(per_entries, 1.0)
+        Only the results are subscription-sized: the estimates' arguments, and the backlogs
+        as integers, are worked out `_AT_ONCE` subscriptions at a time. Each argument of
+        every subscription at once, and each result in the table's order beside its
+        reordered copy, held the decide's peak 75 MB higher at 2M subscriptions (one cycle,
+        sampled side by side, 2026-12-02)."""
         estimated, lower = np.empty(len(at)), np.empty(len(at), bool)
+        messages = np.empty(len(at), np.int64)
         for lo in range(0, len(at), _AT_ONCE):
             part, hi = at[lo:lo + _AT_ONCE], lo + _AT_ONCE
+            none, topic = part < 0, np.maximum(part, 0)  # of no topic: no table
             # int(backlog), then round(messages × per_entry): the backlog in entries (sizes.py)
-            entries = np.round(np.trunc(backlogs[lo:hi]) * per_entries[part])
+            whole = np.trunc(backlogs[lo:hi])
+            entries = np.round(whole * np.where(none, 1.0, per_entries[topic]))
             estimated[lo:hi], lower[lo:hi] = self.ages.ages(
-                rows[part], np.clip(entries, 0, 2**62).astype(np.int64), published[part], now)
+                np.where(none, -1, rows[topic]), np.clip(entries, 0, 2**62).astype(np.int64),
+                np.where(none, 0, published[topic]), now)
+            # int(backlog), a NaN none, clipped to what an int64 holds
+            messages[lo:hi] = np.clip(np.nan_to_num(whole), -2.0**62, 2.0**62)
         # the estimates as publish times (NaN where none), in place: publishtimes.py's start
         source = np.where(np.isnan(estimated) | ~lower, ESTIMATED, LOWER_BOUND).astype(np.int8)
-        publish = np.subtract(now, estimated, out=estimated)
         del lower
-        printed = floats(subscriptions["backlog_age_seconds"], math.nan)[order]
-        # a subscription's name is its key: never null
-        names, rank = ranked(subscriptions["subscription"].take(order).combine_chunks())
-        # int(backlog), a NaN none, clipped to what an int64 holds
-        messages = np.nan_to_num(backlogs)
-        np.clip(np.trunc(messages, out=messages), -2.0**62, 2.0**62, out=messages)
-        # rows and ranks as int32 (topics and names < 2^31): the decisions hold both
-        # until the next cycle, 8 bytes a subscription less, 16 MB at 2M
-        grouped = Subscriptions(
-            np.searchsorted(at, np.arange(len(rows))), at.astype(np.int32),
-            cast(list[str], names), rank.astype(np.int32), messages.astype(np.int64),
-            publish, source)
-        return grouped, printed
+        starts = np.searchsorted(at, np.arange(len(rows) + 1, dtype=at.dtype))  # no copy of `at`
+        return Subscriptions(starts, at, words, rank,
+                             messages, np.subtract(now, estimated, out=estimated), source)
 
     def _published(self, agg: Aggregates, admin: AdminSnapshot | None, checked: np.ndarray,
                    now: float) -> tuple[Subscriptions, list[str], np.ndarray, np.ndarray]:
@@ -190,10 +181,14 @@ class Decider:
             agg.topics, slowest_backlogs(at, backlogs, len(topics)), published)
         order = np.argsort(at, kind="stable")  # by topic row; those of no topic first
         at, backlogs = at[order], backlogs[order]  # the table's order is not kept
-        grouped, printed = self._subscriptions(
-            agg.subscriptions, order, at, backlogs, np.where(observed, rows, -1), published,
-            per_entries, now)
-        del order, at
+        # PIP-492's gauge: a subscription's age as its broker printed it (Pulsar >= 5.0)
+        printed = floats(agg.subscriptions["backlog_age_seconds"], math.nan)[order]
+        # a subscription's name is its key: never null
+        words, rank = ranked(agg.subscriptions["subscription"].take(order).combine_chunks())
+        del order
+        grouped = self._subscriptions(at, backlogs, words, rank, np.where(observed, rows, -1),
+                                      published, per_entries, now)
+        del at
         # one str a topic across cycles, not one each: made here only for those no table
         # has (topics not observed, which have none)
         names = cast(list[str], self.ages.names(rows))

@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
@@ -44,12 +45,12 @@ ESTIMATED, LOWER_BOUND, BROKER, PRECISE = range(len(SOURCES))
 class Subscriptions:
     """A cycle's subscriptions grouped by topic row: row r's are items `starts[r]` to
     `starts[r + 1]`, in the order the broker printed them. The arrays serve the checks over
-    every topic; the lists, each value as the decisions hold it."""
+    every topic; `words`, each name as the decisions hold it, once (columns.ranked)."""
 
     starts: np.ndarray  # int64, one more than the topic rows
     row: np.ndarray  # int32: each one's topic row (-1: of no topic; those come first)
-    names: list[str]
-    name_rank: np.ndarray  # int32: where each name sorts among them (as Python's str does)
+    words: Sequence[str | None]  # the distinct names, in str order
+    name_rank: np.ndarray  # int32: each one's name, as an index into `words`: where it sorts
     messages: np.ndarray  # int64: the backlog, truncated as `int()` does
     publish: np.ndarray  # float64 epoch seconds, NaN: unknown
     source: np.ndarray  # int8, codes into SOURCES
@@ -58,33 +59,45 @@ class Subscriptions:
     def backlogs(self, lo: int, hi: int) -> tuple[SubscriptionBacklog, ...]:
         """Items `lo` to `hi` as the check reads them: from `lists` once made, else from
         the arrays' slices (a few topics read: under `max_topics`, 10,000 of 1M)."""
-        names, sizes = self.names, self.sizes
+        words, sizes = self.words, self.sizes
         made = self.__dict__.get("lists")
         if made is None:
-            messages, publish, source = (a[lo:hi].tolist()
-                                         for a in (self.messages, self.publish, self.source))
+            ranks, messages, publish, source = (
+                a[lo:hi].tolist()
+                for a in (self.name_rank, self.messages, self.publish, self.source))
             first = lo
         else:
-            (messages, publish, source), first = made, 0
+            (ranks, messages, publish, source), first = made, 0
         out = []
         for j in range(lo, hi):
             size = sizes.get(j) if sizes else None
             i = j - first
+            name = cast(str, words[ranks[i]])
             if messages[i] <= 0:
-                out.append(SubscriptionBacklog(names[j], messages[i], size))
+                out.append(SubscriptionBacklog(name, messages[i], size))
             else:
                 t = publish[i]
-                out.append(SubscriptionBacklog(names[j], messages[i], size,
+                out.append(SubscriptionBacklog(name, messages[i], size,
                                                None if t != t else t, SOURCES[source[i]]))
         return tuple(out)
 
+    def names(self, lo: int, hi: int) -> list[str]:
+        """The names of items `lo` to `hi`."""
+        return self.names_of(self.name_rank[lo:hi])
+
+    def names_of(self, ranks: np.ndarray) -> list[str]:
+        """The names of these `name_rank`s (never null: a subscription's name is its key)."""
+        words = self.words
+        return [cast(str, words[r]) for r in ranks.tolist()]
+
     @cached_property
-    def lists(self) -> tuple[list[int], list[float], list[int]]:
-        """The arrays as lists, for reading every topic: a topic's slices of three arrays,
+    def lists(self) -> tuple[list[int], list[int], list[float], list[int]]:
+        """The arrays as lists, for reading every topic: a topic's slices of four arrays,
         read as Python values, cost more than the lists of all (~50 ms at 2M). Made only
         then: held with the decisions, they were 96 MB at 1M topics for the 10,000 read
         under `max_topics`."""
-        return self.messages.tolist(), self.publish.tolist(), self.source.tolist()
+        return (self.name_rank.tolist(), self.messages.tolist(), self.publish.tolist(),
+                self.source.tolist())
 
 
 def first_per_row(starts: np.ndarray, among: np.ndarray, keys: Sequence[np.ndarray],
@@ -140,7 +153,7 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     (PIP-492; < 0 or NaN: none).
     Per topic row: `topics` (names), `checked`, `gauge` (PIP-323's age, NaN: none),
     `stats` (the admin REST's views). `before`: the last cycle's measures."""
-    row, names, starts = grouped.row, grouped.names, grouped.starts
+    row, starts = grouped.row, grouped.starts
     ours = (row >= 0) & checked[np.maximum(row, 0)]
     publish, source = grouped.publish, grouped.source
     # The admin REST's topic-level oldest (precise) takes the gauge's place.
@@ -160,17 +173,18 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     source[under] = ESTIMATED
     publish[slowest[has]], source[slowest[has]] = now - gauge[has], BROKER
     for r, (name, at) in precise.items():
-        for j in range(starts[r], starts[r + 1]):
-            if names[j] == name:
+        lo = int(starts[r])
+        for j, named in enumerate(grouped.names(lo, int(starts[r + 1])), lo):
+            if named == name:
                 publish[j], source[j] = at, PRECISE
     own = ours & np.isfinite(printed) & (printed >= 0)
     publish[own], source[own] = now - printed[own], BROKER
-    sizes = _admin_subscriptions(starts, names, stats, admin_at, publish, source)
+    sizes = _admin_subscriptions(grouped, stats, admin_at, publish, source)
     backlogged = ours & (grouped.messages > 0)
     publish[~backlogged], source[~backlogged] = np.nan, ESTIMATED
     measured = np.flatnonzero(backlogged & (source >= BROKER))
     measures = Measures.of([topics[r] for r in row[measured].tolist()],
-                           [names[j] for j in measured.tolist()], publish[measured],
+                           grouped.names_of(grouped.name_rank[measured]), publish[measured],
                            grouped.messages[measured])
     done = replace(grouped, publish=publish, source=source, sizes=sizes)
     if not before.within(measures.keys):  # some measure of the last cycle is not taken now
@@ -179,17 +193,18 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     return done, measures
 
 
-def _admin_subscriptions(starts: np.ndarray, names: Sequence[str],
-                         stats: Mapping[int, TopicStats], admin_at: float,
-                         publish: np.ndarray, source: np.ndarray) -> dict[int, int]:
+def _admin_subscriptions(grouped: Subscriptions, stats: Mapping[int, TopicStats],
+                         admin_at: float, publish: np.ndarray, source: np.ndarray,
+                         ) -> dict[int, int]:
     """The admin REST's per-subscription views: each one's own oldest message's age
     (PIP-492), the best source there is, into `publish` and `source`; returns their
     backlog bytes, by subscription."""
     sizes: dict[int, int] = {}
     for r, view in stats.items():
         by_name = {s.name: s for s in view.subscriptions}
-        for j in range(starts[r], starts[r + 1]):
-            if (sub := by_name.get(names[j])) is None:
+        lo = int(grouped.starts[r])
+        for j, name in enumerate(grouped.names(lo, int(grouped.starts[r + 1])), lo):
+            if (sub := by_name.get(name)) is None:
                 continue
             if sub.backlog_size is not None:
                 sizes[j] = sub.backlog_size
@@ -203,9 +218,9 @@ def _carry(subs: Subscriptions, topics: Sequence[str], unmeasured: np.ndarray,
            before: Measures) -> Measures:
     """A subscription measured before and not now keeps that time while its backlog has
     not shrunk, and the measure goes on (as long as it holds): those measures."""
-    publish, source, names, row = subs.publish, subs.source, subs.names, subs.row
+    publish, source, row = subs.publish, subs.source, subs.row
     held = [topics[r] for r in row[unmeasured].tolist()]
-    named = [names[j] for j in unmeasured.tolist()]
+    named = subs.names_of(subs.name_rank[unmeasured])
     found = before.find(held, named, hashes(held, named))
     j, i = unmeasured[found >= 0], found[found >= 0]
     t = publish[j]
