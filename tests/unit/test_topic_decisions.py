@@ -238,11 +238,13 @@ def test_a_backlog_a_float_rounds_onto_its_limit_is_decided_exactly() -> None:
 @given(st.lists(st.tuples(st.integers(-1, 6), st.booleans(),
                           st.sampled_from([0.0, 1.5, 2.0, -math.inf, math.inf]),
                           st.integers(-2, 2), st.integers(0, 2)), max_size=60),
-       st.integers(0, 3))
-def test_each_rows_first_item_is_the_least_by_its_keys_then_the_first(items, extra) -> None:
+       st.integers(0, 3), st.integers(1, 4))
+def test_each_rows_first_item_is_the_least_by_its_keys_then_the_first(items, extra,
+                                                                      at_once) -> None:
     """`first_per_row` narrows by one key at a time, without a sort: each row's answer is
     the least of its items in `among` by the keys in turn, the first of those that tie, or
-    -1; items of no row (-1, first) and rows without items have none."""
+    -1; items of no row (-1, first) and rows without items have none. Whatever the rows it
+    takes at once."""
     items.sort(key=lambda item: item[0])  # grouped by row, as the check's subscriptions are
     width = max([r for r, *_ in items], default=-1) + 1 + extra
     rows = np.array([r for r, *_ in items], np.int64)
@@ -257,4 +259,5 @@ def test_each_rows_first_item_is_the_least_by_its_keys_then_the_first(items, ext
         if mine:
             expected[r] = min(mine, key=lambda j: (*(int(k[j]) if k.dtype.kind == "i"
                                                       else k[j] for k in keys), j))
-    assert first_per_row(starts, among, keys).tolist() == expected
+    keyed = [lambda at, k=k: k[at] for k in keys]
+    assert first_per_row(starts, among, keyed, at_once).tolist() == expected
