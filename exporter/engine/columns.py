@@ -32,9 +32,9 @@ def shared(column: pa.ChunkedArray) -> list[str | None]:
 
 def ranked(array: pa.Array) -> tuple[list[str | None], np.ndarray]:
     """One array's distinct values in Python's str order (UTF-8's byte order is that of
-    code points), None first (where null), and each value's index among them (int32): where
-    it sorts, and its value without a str a row (a list of 2M, held with the decisions, is
-    16 MB), from one dictionary encoding."""
+    code points), None first (for a null), and each row's value as an index into them
+    (int32), from one dictionary encoding. The index is also where the value sorts, and
+    the decisions hold it in place of a list of a str pointer a row (16 MB at 2M)."""
     encoded = pc.dictionary_encode(array)
     order = pc.sort_indices(encoded.dictionary)  # sorted position -> dictionary code
     rank = np.empty(len(order), np.int32)

@@ -23,7 +23,7 @@ search by key hash each). A subscription's
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import cast
@@ -83,9 +83,10 @@ class Subscriptions:
                                                None if t != t else t, SOURCES[source[i]]))
         return tuple(out)
 
-    def names(self, lo: int, hi: int) -> list[str]:
-        """The names of items `lo` to `hi`."""
-        return self.names_of(self.name_rank[lo:hi])
+    def of_row(self, r: int) -> Iterator[tuple[int, str]]:
+        """Topic row `r`'s items, each with its name."""
+        lo, hi = int(self.starts[r]), int(self.starts[r + 1])
+        return enumerate(self.names_of(self.name_rank[lo:hi]), lo)
 
     def names_of(self, ranks: np.ndarray) -> list[str]:
         """The names of these `name_rank`s (never null: a subscription's name is its key)."""
@@ -187,8 +188,7 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     source[under] = ESTIMATED
     publish[slowest[has]], source[slowest[has]] = now - gauge[has], BROKER
     for r, (name, at) in precise.items():
-        lo = int(starts[r])
-        for j, named in enumerate(grouped.names(lo, int(starts[r + 1])), lo):
+        for j, named in grouped.of_row(r):
             if named == name:
                 publish[j], source[j] = at, PRECISE
     own = ours & np.isfinite(printed) & (printed >= 0)
@@ -216,8 +216,7 @@ def _admin_subscriptions(grouped: Subscriptions, stats: Mapping[int, TopicStats]
     sizes: dict[int, int] = {}
     for r, view in stats.items():
         by_name = {s.name: s for s in view.subscriptions}
-        lo = int(grouped.starts[r])
-        for j, name in enumerate(grouped.names(lo, int(grouped.starts[r + 1])), lo):
+        for j, name in grouped.of_row(r):
             if (sub := by_name.get(name)) is None:
                 continue
             if sub.backlog_size is not None:
