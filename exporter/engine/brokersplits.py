@@ -187,22 +187,6 @@ class Splits:
                      == (broker, group, cls)), None)
 
 
-def increments_between(history: Sequence[Splits], broker: str, group: str,
-                       cls: MonitoringClass, after: float, until: float,
-                       ) -> frozenset[Counts | None]:
-    """What `broker` may have added to its calculated-quota counters in a quota round run in
-    (after, until]. `history`: `splits()` after each accepted report, oldest first, each in
-    force until the next; one value per state in force in the window, None for one we could
-    not know (or where the broker had no quota)."""
-    out: set[Counts | None] = set()
-    for i, state in enumerate(history):
-        ends = history[i + 1].at if i + 1 < len(history) else math.inf
-        if state.at <= until and ends > after:
-            split = state.get(broker, group, cls)
-            out.add(split.increment if isinstance(split, Quota) else None)
-    return frozenset(out)
-
-
 @dataclass
 class _Broker:
     last: float  # its last report

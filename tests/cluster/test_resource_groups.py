@@ -3,17 +3,16 @@
 One group is bound to a namespace whose topics both brokers own; producers publish at known,
 different rates on each; the brokers exchange their usage reports every 2 s (the harness's
 `resourceUsageTransportPublishIntervalInSecs`). We read the same reports off their topic
-with the exporter's own reader (`BrokerReports`, drained every 50 ms here so arrival times
-are fine) and compute, with `engine/brokersplits.py`, every broker's local quota round by
-round; each broker adds its own round's quota to its `pulsar_resource_group_calculated_*`
+with the exporter's own reader (`BrokerReports`, drained every 20 ms on a thread of its own)
+and compute, with `engine/brokersplits.py`, every broker's local quota report by report;
+each broker adds its own round's quota to its `pulsar_resource_group_calculated_*`
 counters, which we scrape every 0.25 s and difference. Every increment a broker made must be
-one our model had in force at that moment. Beside it, the exporter as it runs (its own reader,
-drained once a cycle) publishes the same split per broker.
+a state of our model's, walked in the reports' order (`rounds.py`). Beside it, the exporter
+as it runs (its own reader, drained once a cycle) publishes the same split per broker.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 import uuid
@@ -21,20 +20,21 @@ from dataclasses import dataclass
 
 from exporter.config.load import parse
 from exporter.config.model import BROKER_USAGE_TOPIC, MonitoringClass, RateLimit, ResourceGroup
-from exporter.engine.brokersplits import BrokerSplits, Counts, Quota, Splits, increments_between
+from exporter.engine.brokersplits import BrokerSplits, Counts, Quota, Splits
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.assembly import splits_report
 from exporter.runtime.cycle import Exporter
 from exporter.sources.brokerreports import BrokerReports
 from exporter.transport.channel import UsageChannel
 from tests.cluster.helpers import one_topic_per_broker, produce_at
+from tests.cluster.rounds import Scraped, follow_rounds
 from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker
 from tests.harness.pulsar import Metrics
 
 PERIOD = 2.0  # the brokers' resourceUsageTransportPublishIntervalInSecs (harness)
 RATES = (30, 10)  # messages a second on broker 1's topic, on broker 2's
 OBSERVE = 40.0  # seconds of rounds compared
-SLACK = 0.2  # seconds around each scrape window: arrival here and at the brokers differ
+LAG = 2 * PERIOD  # s either side of a scrape window a broker may apply a report (rounds.py)
 STEADY = 5 * PERIOD  # seconds of sends at the rates before the last round is compared
 LIMITS = {"publishRateInMsgs": 1000, "publishRateInBytes": 1_000_000,
           "dispatchRateInMsgs": 500, "dispatchRateInBytes": 400_000}
@@ -164,26 +164,12 @@ def test_every_brokers_quota_as_each_broker_computes_it_round_by_round(
 
     compared = {b: {c: 0 for c in CLASSES} for b in names}
     for broker_id, series in readings.items():
-        name = names[broker_id]
         for cls in CLASSES:
-            for before, after in itertools.pairwise(series):
-                b, a = before.counts[cls], after.counts[cls]
-                if b is None or a is None or a == b:
-                    continue
-                delta = Counts(a.bytes - b.bytes, a.messages - b.messages)
-                # the round ran after the earlier scrape began and before the later ended
-                possible = increments_between(history, name, group, cls, before.at - SLACK,
-                                              after.done + SLACK)
-                if not possible or None in possible:
-                    continue  # a round we could not know (before its first report reached us)
-                # Per dimension: a scrape can fall between the broker's two increments of a
-                # round (bytes, then messages), which then land in two windows.
-                for dim in ("bytes", "messages"):
-                    moved = getattr(delta, dim)
-                    allowed = {getattr(p, dim) for p in possible if p is not None}
-                    assert moved == 0 or moved in allowed, (broker_id, cls, dim, after.at,
-                                                            delta, possible)
-                compared[broker_id][cls] += 1
+            followed = follow_rounds(history, names[broker_id], group, cls,
+                                     [Scraped(r.at, r.done, r.counts[cls]) for r in series],
+                                     LAG)
+            assert not followed.wrong, "\n".join(followed.wrong)
+            compared[broker_id][cls] = followed.matched
     print("rounds compared (broker, class):", compared)
     last = history[-1]
     quotas = {b: last.get(names[b], group, MonitoringClass.PUBLISH) for b in names}

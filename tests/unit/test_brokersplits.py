@@ -23,9 +23,9 @@ from exporter.engine.brokersplits import (
     Splits,
     Unknowable,
     Unknown,
-    increments_between,
     java_long,
 )
+from tests.cluster.rounds import Followed, Scraped, follow_rounds
 
 P, D = MonitoringClass.PUBLISH, MonitoringClass.DISPATCH
 # publish: 100 msg/s and 1000 B/s; dispatch: no limit (Pulsar's -1)
@@ -262,21 +262,55 @@ def test_a_group_whose_limits_we_do_not_know_is_not_guessed():
     assert split == Unknowable("elsewhere", P, "b1", Unknown.NOT_CONFIGURED)
 
 
-def test_increments_between_lists_the_states_in_force_in_a_window():
+def _three_states() -> list[Splits]:
+    """b1 in force: [0, 5) 100 msgs, [5, 15) 75, [15, ∞) 50 (bytes × 10); b2 unknown
+    before its first report at 5."""
     e = engine()
     history = []
     for r in (used("b1", 0.0, 30), used("b2", 5.0, 10), used("b2", 15.0, 30)):
         e.accept(r)
         history.append(e.splits(GROUPS, r.at))
-    # b1 in force: [0, 5) 100, [5, 15) 75, [15, ∞) 50 (messages; bytes × 10)
-    def between(a: float, b: float) -> set:
-        return {c.messages for c in increments_between(history, "b1", "g", P, a, b)}
+    return history
 
-    assert between(1.0, 4.0) == {100}
-    assert between(6.0, 14.0) == {75}
-    assert between(4.0, 6.0) == {100, 75}
-    assert between(20.0, 30.0) == {50}
-    assert increments_between(history, "b2", "g", P, 1.0, 4.0) == frozenset({None})
+
+def _counters(*points: tuple[float, int]) -> list[Scraped]:
+    """Scrapes at t of counters that have added `messages` (× 10 bytes) in all."""
+    return [Scraped(t, t + 0.01, Counts(10 * m, m)) for t, m in points]
+
+
+def test_follow_rounds_walks_a_brokers_increments_forward_through_our_states():
+    history = _three_states()
+    # rounds at ~2 (100), ~8 (75), ~16 (50): each in its window's state
+    ok = follow_rounds(history, "b1", "g", P, _counters((1, 0), (3, 100), (7, 100), (9, 175),
+                                                        (15.5, 175), (17, 225)), lag=0.5)
+    assert ok == Followed(3, 0, ())
+    # a round at ~6 still on the state before b2's report (applied 0.8 s late): within lag
+    late = follow_rounds(history, "b1", "g", P, _counters((5.8, 0), (6.1, 100)), lag=1.0)
+    assert late.matched == 1 and not late.wrong
+    # the same, beyond the lag: no state of ours in force then gave 100
+    beyond = follow_rounds(history, "b1", "g", P, _counters((7, 0), (7.1, 100)), lag=1.0)
+    assert beyond.matched == 0 and len(beyond.wrong) == 1 and "moved 1000 B" in beyond.wrong[0]
+
+
+def test_follow_rounds_never_goes_back_to_an_older_state():
+    history = _three_states()
+    # 75 at ~5.5 (the new state), then 100 at ~5.9: in the window, but older than 75's
+    back = follow_rounds(history, "b1", "g", P, _counters((5.2, 0), (5.6, 75), (5.8, 75),
+                                                          (6.0, 175)), lag=1.0)
+    assert back.matched == 1 and len(back.wrong) == 1
+
+
+def test_follow_rounds_takes_bytes_and_messages_apart_and_skips_what_we_could_not_know():
+    history = _three_states()
+    split = [Scraped(7, 7.01, Counts(0, 0)), Scraped(8, 8.01, Counts(750, 0)),
+             Scraped(9, 9.01, Counts(750, 75))]  # the scrape fell between the two increments
+    assert follow_rounds(history, "b1", "g", P, split, lag=0.2) == Followed(2, 0, ())
+    # b2 before its first report (at 5): our model could not know its quota
+    early = follow_rounds(history, "b2", "g", P, _counters((3, 0), (4, 33)), lag=0.2)
+    assert early == Followed(0, 1, ())
+    # a value none of our states had, where all were known: wrong
+    odd = follow_rounds(history, "b1", "g", P, _counters((20, 0), (21, 51)), lag=0.2)
+    assert odd.matched == 0 and len(odd.wrong) == 1
 
 
 # --- replication (Pulsar master's ReplicationDispatch) ------------------------------------
