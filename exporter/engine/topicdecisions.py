@@ -53,7 +53,7 @@ class TopicDecisions(Sequence[TopicDecision]):
     """A cycle's decisions in topic order; `columns` for every topic, a `TopicDecision`
     made when one is read (and kept only for those that act)."""
 
-    __slots__ = ("_every", "_kept", "_make", "columns")
+    __slots__ = ("_every", "_kept", "_make", "columns", "published")
 
     def __init__(self, columns: TopicColumns, make: Callable[[int], TopicDecision],
                  kept: dict[int, TopicDecision],
@@ -61,6 +61,18 @@ class TopicDecisions(Sequence[TopicDecision]):
         """`every` is called before every decision is read (iterating): the cue to make
         what reading them all needs."""
         self.columns, self._make, self._kept, self._every = columns, make, kept, every
+        self.published: tuple[int, ...] | None = None  # set by `only`
+
+    def only(self, rows: Sequence[int]) -> TopicDecisions:
+        """The decisions of `rows` (made now; `published`, in this order) and of those over a
+        quota, beside every topic's columns: what a publication under `filters.max_topics`
+        reads again (the status view, the last good decisions when a check fails) and the
+        next cycle reads (the columns), without what makes the others' decisions (the
+        cycle's subscription arrays, its limits a topic). The others' are not read again."""
+        kept = {k: self[k] for k in rows} | self._kept
+        out = TopicDecisions(self.columns, _let_go, kept)
+        out.published = tuple(rows)
+        return out
 
     @classmethod
     def of(cls, decisions: Sequence[TopicDecision]) -> TopicDecisions:
@@ -103,10 +115,15 @@ class TopicDecisions(Sequence[TopicDecision]):
 
     def over(self) -> list[TopicDecision]:
         """The decisions with a limit exceeded: the only ones with an eviction plan."""
-        return [self._kept[k] for k in sorted(self._kept)]
+        kept = self._kept
+        return [d for d in (kept[k] for k in sorted(kept)) if d.exceeded]
 
     def __repr__(self) -> str:
         return f"TopicDecisions({len(self)} topics, {len(self.over())} over a quota)"
+
+
+def _let_go(k: int) -> TopicDecision:
+    raise LookupError(f"topic row {k} was not published: its decision was not kept")
 
 
 def _held(values: np.ndarray, holder: np.ndarray, has: np.ndarray,

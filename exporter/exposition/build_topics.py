@@ -8,6 +8,7 @@ counters summed per namespace by the render. The choice reads the decisions' col
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ import numpy as np
 from exporter.catalogue import QUOTA_TYPES
 from exporter.config.model import RetentionPolicy
 from exporter.engine.backlog import MEASURED, LimitStatus, QuotaType, TopicDecision
+from exporter.engine.decide import Decisions
 from exporter.engine.topicdecisions import TopicColumns, TopicDecisions, evicts
 from exporter.exposition.metricset import MetricSetBuilder
 
@@ -155,12 +157,30 @@ def _first_evicting(columns: TopicColumns) -> list[tuple[str, str]]:
 
 
 def published_topics(topics: TopicDecisions, cap: int | None) -> list[TopicDecision]:
-    """The topics whose series are published under `filters.max_topics`: those over a
-    quota first, then the oldest and largest backlogs (what an operator looks for), then
-    by name, so that the choice only moves when the backlogs do. Chosen on the columns:
-    only the chosen topics' decisions are made."""
+    """The decisions of the topics whose series are published (`published_rows`), or of
+    those `as_published` kept."""
+    rows = topics.published if topics.published is not None else published_rows(topics, cap)
+    return list(topics) if rows is None else [topics[k] for k in rows]
+
+
+def as_published(decisions: Decisions, cap: int | None) -> Decisions:
+    """The decisions as a publication under `filters.max_topics` reads them again, and the
+    next cycle: every topic's columns, the published topics' decisions (`TopicDecisions.only`).
+    What makes the others' goes: at 1M topics under `max_topics: 10000` the driver held
+    75 MB less between cycles and 70 MB less at the next one's peaks (`tests.bench.steady`).
+    Uncapped, every decision is published: kept as they are."""
+    topics = decisions.topics
+    rows = None if topics.published is not None else published_rows(topics, cap)
+    return decisions if rows is None else dataclasses.replace(decisions, topics=topics.only(rows))
+
+
+def published_rows(topics: TopicDecisions, cap: int | None) -> list[int] | None:
+    """The topic rows whose series are published under `filters.max_topics` (None: every
+    one): those over a quota first, then the oldest and largest backlogs (what an operator
+    looks for), then by name, so that the choice only moves when the backlogs do. Chosen
+    on the columns: only the chosen topics' decisions are made."""
     if cap is None or len(topics) <= cap:
-        return list(topics)
+        return None
     c = topics.columns
     age = np.where(np.isfinite(c.age), c.age, 0.0)
     size = np.where(np.isfinite(c.backlog_bytes), c.backlog_bytes, 0.0)
@@ -177,6 +197,6 @@ def published_topics(topics: TopicDecisions, cap: int | None) -> list[TopicDecis
     def rank(k: int) -> tuple:
         return (not c.over[k], -age[k], -size[k], names[k])
 
-    return [topics[k] for k in sorted(chosen, key=rank)]
+    return sorted(chosen, key=rank)
 
 

@@ -30,6 +30,7 @@ from exporter.engine.decide import Decider, Decisions
 from exporter.engine.groups import effective_groups
 from exporter.engine.usage import EntryRejected
 from exporter.exposition.build import CycleFacts, Tallies, build
+from exporter.exposition.build_topics import as_published
 from exporter.exposition.render import process_body, render
 from exporter.exposition.status import view
 from exporter.pipeline.merge import merge, release_unused
@@ -158,8 +159,12 @@ class Exporter:
     def cycle(self) -> CycleReport:
         """One check, then published: the /metrics body and /api/v1/status."""
         checked = self.check()
-        snapshot, decisions, now, stages = checked
+        snapshot, decided, now, stages = checked
         t0 = time.perf_counter()
+        # what this publication, its status view and the next cycle read of them
+        decisions = None if decided is None else as_published(
+            decided, self.config.filters.max_topics)
+        self._last_decisions = decisions
         if self._publish_seconds is not None:  # the previous publication's: this one is not over
             stages["publish"] = self._publish_seconds
         parts = self.parts
@@ -191,7 +196,7 @@ class Exporter:
                          for h in snapshot.health if not h.up)
         parts.state.publish(body, status, degraded=degraded)
         self._publish_seconds = time.perf_counter() - t0
-        return CycleReport(snapshot, decisions, status, body)
+        return CycleReport(snapshot, decided, status, body)
 
     def _broker_splits(self, reports: BrokerReportsView | None, snapshot: Snapshot,
                        now: float) -> Splits | None:

@@ -103,6 +103,26 @@ def test_max_topics_lists_in_the_status_the_topics_metrics_publishes_and_counts_
     assert len(status["topics"]) == 5 and "topics_dropped" not in status
 
 
+def test_under_max_topics_a_failed_check_publishes_again_the_topics_it_kept():
+    """After a publication under the cap only the published topics' decisions are held
+    (`build_topics.as_published`); a check that fails next (no broker data) publishes
+    those again, series and status as they were."""
+    backlogs = {"a-small": 1, "b-over": 30, "c-mid": 10, "d-over": 25, "e-tiny": 0}
+    exporter, clock = _exporter([body(backlogs)], filters={"max_topics": 3})  # then none
+    first = exporter.cycle()
+    clock.now += 10
+    again = exporter.cycle()  # the broker side raises: the last good decisions stay
+
+    def sizes(report) -> dict[str, float]:
+        return {s.labels["topic"]: s.value
+                for s in Metrics(report.body.decode()).find("pulsar_storage_backlog_size")}
+
+    assert sizes(again) == sizes(first) and len(sizes(first)) == 3
+    assert again.status["topics"] == first.status["topics"]
+    assert again.status["topics_dropped"] == 2
+    assert Metrics(again.body.decode()).value("pulsar_quota_exporter_topics") == 5
+
+
 def test_filtered_topics_are_counted_and_not_checked():
     exporter, _ = _exporter([body({"orders": 30, "audit-log": 50})],
                             filters={"topics": {"deny": [".*/audit-.*"]}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -195,3 +196,37 @@ def test_without_topic_level_series_every_namespace_sum_starts_at_zero_under_max
     counted = {s.labels["namespace"]
                for s in metrics.find("pulsar_storage_backlog_quota_would_evict_total")}
     assert counted == {"t/ns", "t/quiet"}
+
+
+def test_as_published_keeps_what_a_capped_publication_reads_again_and_no_more() -> None:
+    """Under `filters.max_topics` the decisions held after a publication (the last good
+    ones, the status view's, the next cycle's columns) publish the same body and status
+    as those of the check, whatever the cap reads then; the others' are let go."""
+    from exporter.exposition.build import CycleFacts, Tallies, build
+    from exporter.exposition.build_topics import as_published
+    from exporter.exposition.render import render
+    from exporter.exposition.status import view
+
+    decisions = _decisions()
+    facts = CycleFacts("c", NOW, {}, NOW, 60.0, 10.0, 60.0, enforce=True, max_topics=3)
+
+    def published(d, cap: int = 3) -> tuple[bytes, dict]:
+        return (render(build(replace(facts, max_topics=cap), d, (), Tallies(), "me"),
+                       topic_level=True), view("c", NOW, d, (), {}, cap))
+
+    kept = as_published(decisions, 3)
+    chosen = [d.topic for d in published_topics(decisions.topics, 3)]
+    assert kept.topics.published is not None and len(kept.topics.published) == 3
+    assert [d.topic for d in published_topics(kept.topics, None)] == chosen  # any cap
+    assert published(kept) == published(decisions)
+    assert kept.topics.columns is decisions.topics.columns
+    assert kept.topics.over() == decisions.topics.over()  # those over a quota, only
+    assert not all(d.exceeded for d in published_topics(kept.topics, 3))
+    others = [k for k in range(len(decisions.topics)) if k not in kept.topics.published
+              and not decisions.topics[k].exceeded]
+    assert others
+    with pytest.raises(LookupError, match="not published"):
+        kept.topics[others[0]]
+    assert as_published(kept, 1) is kept  # kept once: as published
+    assert as_published(decisions, None) is decisions  # uncapped: every one is published
+    assert as_published(decisions, 5) is decisions
