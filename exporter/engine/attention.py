@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from exporter.config.model import TopicFilter
 from exporter.engine.quotas import ResolvedQuota
@@ -54,18 +53,25 @@ def disagrees(limits: ResolvedQuota, size: float | None, time: float | None) -> 
 
 
 def stats_wanted(decisions: Decisions, listed: Sequence[str], *, rule: TopicFilter,
-                 seen: pa.Array | pa.ChunkedArray, stale: Collection[str]) -> set[str]:
+                 ours: Collection[str], stale: Collection[str]) -> set[str]:
     """The topics (of `listed`, partitions by their own names) whose stats to read, after
-    `decisions` (the last cycle's), with `seen` the topics on last cycle's tables (our own
-    lease and usage topics too, which are no backlog to decide) and `stale` those of them
-    no broker listed afresh (held, or of a broker whose /metrics failed)."""
+    `decisions` (the last cycle's): with `stale` the topics of theirs no broker listed
+    afresh (held, or of a broker whose /metrics failed). A listed topic the decisions do
+    not name was on no broker's tables, unless it is one of `ours` (the usage and lease
+    topics, never decided; compared after the domain, as pulsar-lite names them without).
+
+    The decisions' names are looked up in a set made here, on the admin walk's thread:
+    at 1M topics 0.26 s and 50 MB while it runs, where the last cycle's Arrow topic column
+    was held between cycles for it (42 MB) and `pc.is_in` took 0.71 s and 169 MB."""
     c = decisions.topics.columns
     # over a quota, an age unknown, or within its time limit on an estimate
     wanted = {c.topic[k] for k in np.flatnonzero(
         c.over | (c.time == UNKNOWN) | ((c.time == WITHIN) & (c.messages > 0) & ~c.measured)
     ).tolist()}
-    names = pa.array(listed, pa.string())
-    unseen = names.filter(pc.invert(pc.is_in(names, seen)))
-    if len(unseen) and rule.active:
-        unseen = unseen.filter(keep(unseen, rule))
-    return wanted | decisions.doubted | set(unseen.to_pylist()) | set(stale)
+    seen, own = set(c.topic), {t.partition("://")[2] for t in ours}
+    unseen = [t for t in listed if t not in seen and t.partition("://")[2] not in own]
+    del seen
+    if unseen and rule.active:
+        names = pa.array(unseen, pa.string())
+        unseen = names.filter(keep(names, rule)).to_pylist()
+    return wanted | decisions.doubted | set(unseen) | set(stale)

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, NamedTuple, Unpack
 
-import pyarrow as pa
-
 from exporter.actions.plan import Enforcement, consumers_seen
 from exporter.config.model import Config, ResourceGroup
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
@@ -98,9 +96,8 @@ class Exporter:
         self._side = ThreadPoolExecutor(1, thread_name_prefix="admin-scrape")
         self._cancelled = False
         self._last_decisions: Decisions | None = None
-        # last cycle's topics, and those of them no broker listed afresh (pipeline/lastgood.py)
-        self._seen: tuple[pa.ChunkedArray | pa.Array, frozenset[str]] = (
-            pa.array([], pa.string()), frozenset())
+        # last cycle's topics no broker listed afresh (pipeline/lastgood.py)
+        self._stale: frozenset[str] = frozenset()
         self._last_success: float | None = None
         self._filtered = self._held = 0  # topics filters.topics left out; held (lastgood.py)
         self._publish_seconds: float | None = None
@@ -232,8 +229,9 @@ class Exporter:
         self._reload()
         # Stats of the topics needing them (engine/attention.py); the first cycle: every one's.
         last, rule = self._last_decisions, self.config.filters.topics
-        choose = partial(stats_wanted, last, rule=rule, seen=self._seen[0],
-                         stale=self._seen[1]) if last else None
+        ours = (self.config.resource_group_engine.topic, self.config.backlog_quotas.lock_topic)
+        choose = partial(stats_wanted, last, rule=rule, ours=ours,
+                         stale=self._stale) if last else None
         admin = self._side.submit(self.parts.admin_side.collect, choose)  # beside the Spark job
         brokers: BrokerData | None = None
         with stage("pipeline"):  # broker fetches, parse and per-broker tables: Spark tasks
@@ -259,7 +257,7 @@ class Exporter:
             # after the decide (lastgood.py keeps each broker's packed).
             brokers = dataclasses.replace(brokers, tables=())
             self._held = brokers.held
-            self._seen = (agg.topics["topic"], brokers.stale)  # a set only if the walk asks
+            self._stale = brokers.stale
             self._count_malformed(agg.malformed.to_pylist())
             with stage("engine"):
                 decisions = self.decider.decide(agg, snapshot.admin, now)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-import pyarrow as pa
 import pytest
 
 from exporter.config.model import (
@@ -62,13 +61,17 @@ def test_only_topics_that_need_their_stats_are_wanted() -> None:
     listed = [d.topic for d in last.topics] + [
         "persistent://public/default/unloaded", "persistent://public/default/skipped-1"]
     rule = TopicFilter(deny=(r".*/skipped-[0-9]+",))
-    seen = pa.array([d.topic for d in last.topics] + ["persistent://public/default/lock"])
-    wanted = stats_wanted(last, [*listed, "persistent://public/default/lock"], rule=rule,
-                          seen=seen, stale={"persistent://public/default/held"})
+    # our own topics are never decided, nor wanted: pulsar-lite names them without domain
+    ours = ("persistent://public/default/lock", "non-persistent://public/default/usage")
+    wanted = stats_wanted(last, [*listed, "persistent://public/default/lock",
+                                 "persistent://public/default/usage"], rule=rule,
+                          ours=ours, stale={"persistent://public/default/held"})
     assert wanted == {f"persistent://public/default/{t}" for t in (
         "over", "estimated", "bound", "unknown", "doubted", "unloaded", "held")}
-    assert stats_wanted(last, listed, rule=TopicFilter(), seen=seen, stale=()) >= {
+    assert stats_wanted(last, listed, rule=TopicFilter(), ours=(), stale=()) >= {
         "persistent://public/default/skipped-1"}
+    assert "persistent://public/default/lock" in stats_wanted(
+        last, [*listed, "persistent://public/default/lock"], rule=rule, ours=(), stale=())
 
 
 def test_a_disagreement_is_only_with_pulsars_own_limits() -> None:
