@@ -1,11 +1,14 @@
 """The pipeline's cost, side by side with what a user would run instead, on the same
 synthetic Apache Pulsar bodies. Prints Markdown tables; not a test.
 
-    .venv/bin/python -m tests.bench.pipeline [--sizes 10,1000,10000] [--fleet 1000,10000]
-        [--engine 10000,100000] [--ages 100000] [--brokers 100] [--repeat 3]
-        [--master local[2]]
+    .venv/bin/python -m tests.bench.pipeline [--sizes 10,1000,10000] [--recorded 10000]
+        [--fleet 1000,10000] [--engine 10000,100000] [--ages 100000] [--brokers 100]
+        [--repeat 3] [--master local[2]]
 
-Per body (one broker):
+Per body (one broker), on the synthetic bodies (tests/harness/synthetic.py: 49 samples a
+topic), then on bodies of a real Apache Pulsar 4.0.8 broker's families (`--recorded`:
+tests/harness/recorded_families.py, its recorded body's 95 samples a topic, most of them
+of families the exporter does not read):
 - `promtool check metrics` (Prometheus' Go parser, what `promtool` users would run) and a
   plain Python regex loop, each on the body from a file;
 - the exporter's parse on one core in this process (`scrape.parsed_pieces`: the pieces a
@@ -48,6 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.harness.recorded_families import recorded_family_body
 from tests.harness.synthetic import BodySpec, body_text
 from tests.harness.wait import poll
 
@@ -174,15 +178,18 @@ def _task_parse(data: bytes, repeat: int) -> float:
     return min(_timed(task) for _ in range(repeat))
 
 
-def per_body(context, sizes: list[int], repeat: int, workdir: Path) -> None:
-    print("\n### One broker body\n")
+def per_body(context, sizes: list[int], repeat: int, workdir: Path,
+             recorded: bool = False) -> None:
+    print("\n### One broker body" + (", Apache Pulsar 4.0.8's families" if recorded else "")
+          + "\n")
     print("| topics | samples | MB | promtool s | regex loop s | parse, 1 core s "
           "| first cycle s | warm cycle s (job + merge) | samples/s (cycle) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for topics in sizes:
-        text = body_text(BodySpec(topics=topics, concatenated=False))
+        text = (recorded_family_body(topics) if recorded
+                else body_text(BodySpec(topics=topics, concatenated=False)))
         data = text.encode()
-        path = workdir / f"body-{topics}.prom"
+        path = workdir / f"body-{topics}{'-recorded' if recorded else ''}.prom"
         path.write_bytes(data)
         samples = sum(1 for line in text.split("\n") if line and line[0] != "#")
         promtool = _timed(lambda p=path: subprocess.run(
@@ -450,6 +457,7 @@ def ages(topics: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10,1000,10000")
+    parser.add_argument("--recorded", default="10000")
     parser.add_argument("--fleet", default="1000,10000,100000")
     parser.add_argument("--engine", default="10000,100000")
     parser.add_argument("--ages", type=int, default=100000)
@@ -467,6 +475,9 @@ def main() -> None:
           f"{os.cpu_count()} cores)")
     with tempfile.TemporaryDirectory(prefix="pqe-bench-") as tmp:
         per_body(context, [int(s) for s in args.sizes.split(",") if s], args.repeat, Path(tmp))
+        if args.recorded:
+            per_body(context, [int(s) for s in args.recorded.split(",")], args.repeat,
+                     Path(tmp), recorded=True)
         if args.fleet:
             fleet(context, [int(s) for s in args.fleet.split(",")], args.brokers, args.repeat,
                   Path(tmp))
