@@ -20,6 +20,12 @@ PARTITION_SUFFIX = r"-partition-[0-9]+$"
 _SUFFIX = re.compile(PARTITION_SUFFIX)
 
 
+def after_domain(topic: str) -> str:
+    """`tenant/namespace/topic`: pulsar-lite names topics without their domain, so that they
+    arrive as persistent:// whatever the domain they were given."""
+    return topic.partition("://")[2]
+
+
 def partitioned_parent(topic: str) -> str | None:
     """The partitioned topic a partition belongs to; None for a topic that is none."""
     if "-partition-" not in topic:  # the engine asks once per topic: skip the regex

@@ -39,6 +39,7 @@ from exporter.engine.systemtopics import is_system_topic
 from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
 from exporter.engine.topicdecisions import TopicDecisions, check_topics
 from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
+from exporter.names import after_domain
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot
 
@@ -51,14 +52,14 @@ def _ours(topics: pa.ChunkedArray, own: tuple[str, ...]) -> np.ndarray:
     pulsar-lite names them without their domain, so they arrive as persistent://: what
     follows the domain is compared. A test of the ending first, in Arrow: most topics fail
     it, and only those that pass are made strs."""
-    ours = {t.partition("://")[2] for t in own}
+    ours = {after_domain(t) for t in own}
     maybe = np.zeros(len(topics), bool)
     for ending in ours:
         maybe |= pc.fill_null(pc.ends_with(topics, ending), False).to_numpy(
             zero_copy_only=False)
     at = np.flatnonzero(maybe)
     mine = np.zeros(len(topics), bool)
-    mine[at] = [t.partition("://")[2] in ours for t in topics.take(at).to_pylist()]
+    mine[at] = [after_domain(t) in ours for t in topics.take(at).to_pylist()]
     return mine
 
 

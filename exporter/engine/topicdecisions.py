@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import overload
 
 import numpy as np
@@ -69,8 +70,8 @@ class TopicDecisions(Sequence[TopicDecision]):
         reads again (the status view, the last good decisions when a check fails) and the
         next cycle reads (the columns), without what makes the others' decisions (the
         cycle's subscription arrays, its limits a topic). The others' are not read again."""
-        kept = {k: self[k] for k in rows} | self._kept
-        out = TopicDecisions(self.columns, _let_go, kept)
+        out = TopicDecisions(self.columns, partial(_published, {k: self[k] for k in rows}),
+                             self._kept)
         out.published = tuple(rows)
         return out
 
@@ -115,15 +116,17 @@ class TopicDecisions(Sequence[TopicDecision]):
 
     def over(self) -> list[TopicDecision]:
         """The decisions with a limit exceeded: the only ones with an eviction plan."""
-        kept = self._kept
-        return [d for d in (kept[k] for k in sorted(kept)) if d.exceeded]
+        return [self._kept[k] for k in sorted(self._kept)]
 
     def __repr__(self) -> str:
         return f"TopicDecisions({len(self)} topics, {len(self.over())} over a quota)"
 
 
-def _let_go(k: int) -> TopicDecision:
-    raise LookupError(f"topic row {k} was not published: its decision was not kept")
+def _published(made: dict[int, TopicDecision], k: int) -> TopicDecision:
+    """A published topic's decision, as `only` made it; the others' were let go."""
+    if (d := made.get(k)) is None:
+        raise LookupError(f"topic row {k} was not published: its decision was not kept")
+    return d
 
 
 def _held(values: np.ndarray, holder: np.ndarray, has: np.ndarray,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TypeGuard
 
 import numpy as np
@@ -157,9 +157,8 @@ def _first_evicting(columns: TopicColumns) -> list[tuple[str, str]]:
 
 
 def published_topics(topics: TopicDecisions, cap: int | None) -> list[TopicDecision]:
-    """The decisions of the topics whose series are published (`published_rows`), or of
-    those `as_published` kept."""
-    rows = topics.published if topics.published is not None else published_rows(topics, cap)
+    """The decisions of the topics whose series are published (`published_rows`)."""
+    rows = published_rows(topics, cap)
     return list(topics) if rows is None else [topics[k] for k in rows]
 
 
@@ -170,15 +169,20 @@ def as_published(decisions: Decisions, cap: int | None) -> Decisions:
     75 MB less between cycles and 70 MB less at the next one's peaks (`tests.bench.steady`).
     Uncapped, every decision is published: kept as they are."""
     topics = decisions.topics
-    rows = None if topics.published is not None else published_rows(topics, cap)
-    return decisions if rows is None else dataclasses.replace(decisions, topics=topics.only(rows))
+    rows = published_rows(topics, cap)
+    if rows is None or topics.published is not None:  # every one, or kept already
+        return decisions
+    return dataclasses.replace(decisions, topics=topics.only(rows))
 
 
-def published_rows(topics: TopicDecisions, cap: int | None) -> list[int] | None:
+def published_rows(topics: TopicDecisions, cap: int | None) -> Sequence[int] | None:
     """The topic rows whose series are published under `filters.max_topics` (None: every
-    one): those over a quota first, then the oldest and largest backlogs (what an operator
-    looks for), then by name, so that the choice only moves when the backlogs do. Chosen
-    on the columns: only the chosen topics' decisions are made."""
+    one); those `as_published` kept if so, whatever `cap`. Those over a quota first, then
+    the oldest and largest backlogs (what an operator looks for), then by name, so that
+    the choice only moves when the backlogs do. Chosen on the columns: only the chosen
+    topics' decisions are made."""
+    if topics.published is not None:
+        return topics.published
     if cap is None or len(topics) <= cap:
         return None
     c = topics.columns
