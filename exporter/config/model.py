@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from exporter.config import userinfo
+
 
 def _frozen_map() -> Mapping:
     return MappingProxyType({})
@@ -219,14 +221,28 @@ class TlsClient:
     key_pem: str | None = field(default=None, repr=False, metadata={"yaml": None})
 
 
+def _take_userinfo(source: BrokerSource | AdminSource) -> None:
+    """Credentials in the URL become the Authorization header (unless one is given) and the
+    URL keeps only its shown form (config/userinfo.py), whoever builds the source."""
+    if source.authorization is None:
+        object.__setattr__(source, "authorization", userinfo.basic_authorization(source.url))
+    object.__setattr__(source, "url", userinfo.shown(source.url))
+
+
 @dataclass(frozen=True)
 class BrokerSource:
-    url: str
+    url: str  # a password in it is shown as <secret>: see config/userinfo.py
     timeout: float = 10.0
-    # The Authorization header, from `authorization` or `basic_auth` (config/auth.py);
-    # never printed. The reference file shows both keys.
+    # The Authorization header, from `authorization` or `basic_auth` (config/auth.py) or
+    # the URL's userinfo; never printed. The reference file shows both keys.
     authorization: str | None = field(default=None, repr=False, metadata={"yaml": None})
     tls: TlsClient | None = field(default=None, metadata={"yaml": "tls_config"})
+    # Uncompressed bytes a body may have, 0: no limit (Prometheus' `body_size_limit`).
+    # A gzip bomb is cut here, not only by the deadline.
+    body_size_limit: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        _take_userinfo(self)
 
 
 @dataclass(frozen=True)
@@ -239,6 +255,11 @@ class AdminSource:
     # "tenant/namespace" to walk; empty: every tenant's (listing tenants needs a superuser,
     # a tenant's namespaces its admin, a namespace's topics only produce or consume there)
     namespaces: tuple[str, ...] = ()
+    # Basic credentials from the URL's userinfo, sent when no token_file is given
+    authorization: str | None = field(default=None, repr=False, metadata={"yaml": None})
+
+    def __post_init__(self) -> None:
+        _take_userinfo(self)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import socket
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from exporter.config import auth
+from exporter.config import auth, userinfo
 from exporter.config import values as cv
 from exporter.config.model import (
     AdminSource,
@@ -44,18 +44,24 @@ def sources(r: Reader, value: object, path: str) -> Sources:
     seen: dict[str, str] = {}
     for bpath, item in r.items(m.get("brokers"), f"{path}.brokers"):
         b = r.mapping(item, bpath, ("url", "timeout", "authorization", "basic_auth",
-                                    "tls_config"), nullable=False)
+                                    "tls_config", "body_size_limit"), nullable=False)
         if isinstance(item, dict) and "url" not in b:
             r.error(f"{bpath}.url", "required: the broker's /metrics URL")
         url = r.get(b, "url", bpath, cv.url("http", "https"), None)
         timeout = r.get(b, "timeout", bpath, cv.duration, BrokerSource.timeout)
+        body_size_limit = r.get(b, "body_size_limit", bpath, cv.size,
+                                BrokerSource.body_size_limit)
         if url is None:
             continue
-        if url in seen:
-            r.error(f"{bpath}.url", f"'{url}' is already listed at {seen[url]}")
+        if userinfo.has_userinfo(url) and ("authorization" in b or "basic_auth" in b):
+            r.error(f"{bpath}.url", "credentials in the URL and in authorization/basic_auth: "
+                    "give one")
+        if (shown := userinfo.shown(url)) in seen:
+            r.error(f"{bpath}.url", f"'{shown}' is already listed at {seen[shown]}")
         else:
-            seen[url] = f"{bpath}.url"
+            seen[shown] = f"{bpath}.url"
             brokers.append(BrokerSource(url=url, timeout=timeout,
+                                        body_size_limit=body_size_limit,
                                         authorization=auth.authorization(r, b, bpath),
                                         tls=auth.tls_config(r, b.get("tls_config"),
                                                             f"{bpath}.tls_config")))
@@ -63,12 +69,17 @@ def sources(r: Reader, value: object, path: str) -> Sources:
         r.error(f"{path}.brokers", "at least one broker /metrics URL is required")
     admin = None
     if "admin" in m:
-        a = r.mapping(m["admin"], f"{path}.admin", schema_keys(AdminSource))
+        a = r.mapping(m["admin"], f"{path}.admin",
+                      schema_keys(AdminSource, exclude=("authorization",)))
         if isinstance(m["admin"], dict) and "url" not in a:
             r.error(f"{path}.admin.url", "required when sources.admin is given")
+        admin_url = r.get(a, "url", f"{path}.admin", cv.url("http", "https"), "")
+        admin_token = r.get(a, "token_file", f"{path}.admin", cv.string, None)
+        if userinfo.has_userinfo(admin_url) and admin_token is not None:
+            r.error(f"{path}.admin.url", "credentials in the URL and a token_file: give one")
         admin = AdminSource(
-            url=r.get(a, "url", f"{path}.admin", cv.url("http", "https"), ""),
-            token_file=r.get(a, "token_file", f"{path}.admin", cv.string, None),
+            url=admin_url,
+            token_file=admin_token,
             timeout=r.get(a, "timeout", f"{path}.admin", cv.duration, AdminSource.timeout),
             ca_file=r.get(a, "ca_file", f"{path}.admin", cv.string, None),
             insecure_skip_verify=r.get(

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from exporter.config import userinfo
 from exporter.config.reader import Convert, describe, did_you_mean, expected
 from exporter.config.units import parse_duration, parse_size
 
@@ -145,16 +146,17 @@ def url(*schemes: str) -> Convert[str]:
         example = " or ".join(f"{s}://…" for s in schemes)
         if not isinstance(value, str):
             raise expected(f"a URL ({example})", value)
+        shown = userinfo.shown(value.strip())  # what an error may print
         try:
             parts = urlsplit(value.strip())
             host = parts.hostname
         except ValueError:  # e.g. an unclosed IPv6 bracket
             host = None
         if not host or parts.scheme not in schemes:
-            raise ValueError(f"expected a URL starting with {example}, found '{value}'")
+            raise ValueError(f"expected a URL starting with {example}, found '{shown}'")
         if not _HOST.fullmatch(host):
             hint = " (an environment reference? run with --config.expand-env)" * ("${" in host)
-            raise ValueError(f"'{host}' is not a host name or address in '{value}'{hint}")
+            raise ValueError(f"'{host}' is not a host name or address in '{shown}'{hint}")
         return value.strip()
 
     return convert

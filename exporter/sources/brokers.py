@@ -14,7 +14,6 @@ and the per-source `HealthLedger` (the admin client imports both).
 
 from __future__ import annotations
 
-import base64
 import codecs
 import functools
 import http.client
@@ -28,14 +27,16 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import numpy as np
 
+from exporter.config import userinfo
 from exporter.config.model import BrokerSource, TlsClient
 from exporter.sources.model import ScrapeError, SourceHealth, SourceKind
 
 CHUNK_BYTES = 1 << 16
+INFLATE_BYTES = 1 << 20
 SNIFF_BYTES = 1024  # how much of a body is inspected to tell Prometheus text from junk
 _USER_AGENT = "pulsar-quota-exporter"
 _ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"  # classic text format, like Prometheus
@@ -219,12 +220,8 @@ def _connection(source: BrokerSource, url: str, timeout: float,
         raise FetchFailure(ScrapeError.OTHER, f"unsupported URL {url!r}")
     home = _origin(url) == _origin(source.url)
     headers = {"Accept-Encoding": "gzip", "Accept": _ACCEPT, "User-Agent": _USER_AGENT}
-    configured = urlsplit(source.url)
-    if home and source.authorization is not None:
+    if home and source.authorization is not None:  # the URL's userinfo too (config/model.py)
         headers["Authorization"] = source.authorization
-    elif home and configured.username is not None:
-        creds = f"{unquote(configured.username)}:{unquote(configured.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(creds.encode()).decode()
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
         try:
@@ -264,13 +261,7 @@ def _open(source: BrokerSource, timeout: Callable[[], float],
                                f"HTTP {resp.status} {resp.reason} without a Location")
         url = urljoin(url, location.strip())
     raise FetchFailure(ScrapeError.HTTP_ERROR,
-                       f"more than {MAX_REDIRECTS} redirects (last to {_no_userinfo(url)})")
-
-
-def _no_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return parts._replace(netloc=host).geturl()
+                       f"more than {MAX_REDIRECTS} redirects (last to {userinfo.bare(url)})")
 
 
 def stream(source: BrokerSource, deadline: float) -> Iterator[bytes]:
@@ -307,14 +298,17 @@ def stream(source: BrokerSource, deadline: float) -> Iterator[bytes]:
             chunk = resp.read1(CHUNK_BYTES)  # returns what has arrived: deadline holds
             if not chunk:
                 break
-            data = gunzip.decompress(chunk) if gunzip else chunk
-            if len(head) < SNIFF_BYTES:
-                head += data[: SNIFF_BYTES - len(head)]
-                if len(head) >= SNIFF_BYTES and (problem := sniff(bytes(head), len(head))):
-                    raise FetchFailure(ScrapeError.MALFORMED, problem)
-            size += len(data)
-            if data:
-                yield data
+            for data in _inflated(gunzip, chunk) if gunzip else (chunk,):
+                if len(head) < SNIFF_BYTES:
+                    head += data[: SNIFF_BYTES - len(head)]
+                    if len(head) >= SNIFF_BYTES and (problem := sniff(bytes(head), len(head))):
+                        raise FetchFailure(ScrapeError.MALFORMED, problem)
+                size += len(data)
+                if source.body_size_limit and size > source.body_size_limit:
+                    raise FetchFailure(ScrapeError.TOO_LARGE, "body over body_size_limit "
+                                       f"({source.body_size_limit} bytes uncompressed)")
+                if data:
+                    yield data
         if resp.length:  # http.client leaves a short Content-Length body to us
             raise FetchFailure(ScrapeError.MALFORMED,
                                f"truncated body: {resp.length} bytes short")
@@ -324,6 +318,8 @@ def stream(source: BrokerSource, deadline: float) -> Iterator[bytes]:
                 raise FetchFailure(ScrapeError.MALFORMED, "truncated gzip stream")
             head += tail[: max(0, SNIFF_BYTES - len(head))]
             size += len(tail)
+            if source.body_size_limit and size > source.body_size_limit:
+                raise FetchFailure(ScrapeError.TOO_LARGE, "body over body_size_limit")
             if tail:
                 yield tail
         problem = sniff(bytes(head), size)
@@ -333,6 +329,16 @@ def stream(source: BrokerSource, deadline: float) -> Iterator[bytes]:
     finally:
         resp.close()
         conn.close()
+
+
+def _inflated(gunzip: zlib._Decompress, chunk: bytes) -> Iterator[bytes]:
+    """A gzip chunk's output in pieces of at most INFLATE_BYTES: deflate expands up to
+    ~1,000 times, so one 64 KiB chunk of a gzip bomb would otherwise be 64 MB at once,
+    before the size limit could see it."""
+    data = gunzip.decompress(chunk, INFLATE_BYTES)
+    yield data
+    while gunzip.unconsumed_tail:
+        yield gunzip.decompress(gunzip.unconsumed_tail, INFLATE_BYTES)
 
 
 def whole_lines(pieces: Iterable[bytes], piece_bytes: int, padding: int = 0,

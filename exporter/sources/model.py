@@ -25,6 +25,7 @@ class ScrapeError(StrEnum):
     TLS = "tls"
     AUTH = "auth"
     MALFORMED = "malformed"
+    TOO_LARGE = "too_large"  # a body over `body_size_limit` (Prometheus' scrape option)
     MISSING_FIELDS = "missing_fields"
     OTHER = "other"
 

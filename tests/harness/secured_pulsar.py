@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,11 +51,20 @@ class SecuredPulsar(ApachePulsar):
         self.token = token(self.key, SUPERUSER)
         self.token_file = workdir / "token"
         self.token_file.write_text(self.token + "\n")
+        # A second way in, HTTP basic auth (`AuthenticationProviderBasic`): its users file
+        # holds an APR1-MD5 hash, as `htpasswd -m` writes, made here by openssl.
+        self.basic_user, self.basic_password = "scraper", "pw@odd/chars%"
+        hashed = subprocess.run(["openssl", "passwd", "-apr1", "-stdin"],
+                                input=self.basic_password, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        basic_conf = base64.b64encode(f"{self.basic_user}:{hashed}\n".encode()).decode()
         self.tls_port, self.web_tls_port = free_ports(2)
         super().__init__(workdir, resource_usage_transport=False, overrides={
             "authenticationEnabled": "true",
             "authenticationProviders":
-                "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+                "org.apache.pulsar.broker.authentication.AuthenticationProviderToken,"
+                "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic",
+            "basicAuthConf": basic_conf,
             "tokenSecretKey": f"file://{key_file}",
             "superUserRoles": SUPERUSER,
             "authorizationEnabled": "false",

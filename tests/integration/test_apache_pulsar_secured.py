@@ -5,9 +5,12 @@ credentials and are refused without them, each failure with its own reason."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -19,6 +22,7 @@ from exporter.sources.model import ScrapeError
 from exporter.transport.channel import SENT, UsageChannel
 from exporter.transport.client import client_options
 from tests.harness.apache_pulsar import poll
+from tests.harness.exporter_process import ExporterProcess
 from tests.harness.secured_pulsar import SecuredPulsar
 
 # The broker (SecuredPulsar) is an Apache Pulsar standalone with certificates made by openssl.
@@ -137,3 +141,38 @@ def test_eviction_over_tls_with_the_token(secured: SecuredPulsar, tmp_path: Path
                                                consumers=0)])
     assert isinstance(failed, EvictionFailed), failed
     assert secured.topic_stats(topic)["subscriptions"]["stalled"]["msgBacklog"] == 5
+
+
+def _with_userinfo(url: str, user: str, password: str) -> str:
+    return url.replace("http://", f"http://{quote(user, safe='')}:{quote(password, safe='')}@")
+
+
+@pytest.mark.spark  # the exporter process runs its cycles on Spark
+def test_credentials_in_a_url_are_used_and_never_shown(secured: SecuredPulsar,
+                                                      tmp_path: Path) -> None:
+    """`http://user:password@host/…` for the broker's /metrics and the admin REST: the broker
+    (basic auth, `AuthenticationProviderBasic`) lets both in, and the password appears in no
+    label, status document or log line (debug included): it is shown as `<secret>`."""
+    user, password = secured.basic_user, secured.basic_password
+    metrics = _with_userinfo(secured.metrics_url, user, password)
+    admin = _with_userinfo(secured.web_url, user, password)
+    shown = {u: u.replace(quote(password, safe=""), "<secret>") for u in (metrics, admin)}
+    exporter = ExporterProcess(tmp_path, {
+        "cluster": secured.cluster, "check_interval": "2s",
+        "sources": {"brokers": [{"url": metrics}], "admin": {"url": admin}},
+        "spark": {"master": "local[1]"}}, log_level="debug").start()
+    try:
+        exporter.wait_ready(180)
+        poll(lambda: all(s["up"] for s in exporter.status()["sources"]), "both sources up",
+             timeout=30)
+        status, body = exporter.status(), exporter.get("/metrics")[2].decode()
+        assert sorted(s["url"] for s in status["sources"]) == sorted(shown.values())
+        for url in shown.values():
+            assert f'source="{url}"' in body, url
+    finally:
+        exporter.stop()
+    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+    for secret in (password, quote(password, safe=""), basic):
+        for where, text in (("status", json.dumps(status)), ("metrics", body),
+                            ("log", exporter.log())):
+            assert secret not in text, f"the password is in the {where}"

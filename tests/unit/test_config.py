@@ -922,3 +922,24 @@ def test_broker_reports_topic_defaults_to_pulsars_and_false_turns_it_off() -> No
 def test_broker_reports_topic_errors_name_the_key(value: str, says: str) -> None:
     error = single_error({"resource_group_engine": {"broker_reports_topic": value}})
     assert "resource_group_engine.broker_reports_topic" in error and says in error
+
+
+def test_a_password_in_a_url_is_used_and_shown_as_secret_even_in_errors() -> None:
+    config = parse({"cluster": "c", "sources": {
+        "brokers": [{"url": "http://prom:hunter2@b1:8080/metrics"}],
+        "admin": {"url": "https://ops:hunter2@admin:8443"}}}, "c.yaml")
+    (broker,) = config.sources.brokers
+    assert broker.url == "http://prom:<secret>@b1:8080/metrics"
+    assert broker.authorization == "Basic cHJvbTpodW50ZXIy"  # prom:hunter2
+    assert config.sources.admin is not None
+    assert config.sources.admin.url == "https://ops:<secret>@admin:8443"
+    assert "hunter2" not in repr(config)
+    with pytest.raises(ConfigError) as caught:
+        parse({"cluster": "c", "sources": {"brokers": [
+            {"url": "ftp://prom:hunter2@b1/metrics"},
+            {"url": "http://prom:hunter2@b 2/metrics"},
+            {"url": "http://prom:hunter2@b3/metrics",
+             "authorization": {"credentials_file": "/nonexistent"}}]}}, "c.yaml")
+    errors = "\n".join(caught.value.errors)
+    assert "hunter2" not in errors
+    assert "prom:<secret>@b1" in errors and "give one" in errors, errors

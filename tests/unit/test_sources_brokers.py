@@ -14,6 +14,7 @@ import gzip
 import socket
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 
@@ -169,6 +170,25 @@ def test_gzip_body_is_decompressed_as_it_streams(server, scraper_for):
     assert same_as_fixture(result.tables[0][1]) and result.health[0].up
 
 
+def test_a_gzip_bomb_is_cut_at_body_size_limit_without_inflating_it_whole(server):
+    """64 MiB of text in 64 KiB of gzip, against a 1 MiB limit: the fetch fails as too
+    large, and no more than a MiB or two is ever inflated at once (a 64 KiB chunk of this
+    stream inflates to ~64 MiB in one `decompress` call)."""
+    wire = gzip.compress(b"# HELP x y\n" + b"\n" * (64 << 20), compresslevel=9)
+    assert len(wire) < 128 << 10
+    server.reply = send(200, wire, {"Content-Encoding": "gzip"})
+    source = BrokerSource(server.url, TIMEOUT, body_size_limit=1 << 20)
+    tracemalloc.start()
+    try:
+        health = BrokerScrape([source], in_process([source]), clock=Clock()).run().health[0]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not health.up and health.last_error is ScrapeError.TOO_LARGE, health
+    assert "body_size_limit" in health.last_error_detail
+    assert peak < 8 << 20, f"{peak / 2**20:.1f} MiB traced"
+
+
 def test_chunked_transfer_encoding(server, scraper_for):
     def chunked(h: BaseHTTPRequestHandler) -> None:
         h.protocol_version = "HTTP/1.1"
@@ -236,12 +256,16 @@ def test_userinfo_credentials_stay_home_too(server):
     target = MetricsServer()
     try:
         server.reply = redirect(302, target.url)
-        url = server.url.replace("http://", "http://alice:pw@")
+        url = server.url.replace("http://", "http://alice:p%40ss@")
         source = BrokerSource(url, TIMEOUT)
         result = BrokerScrape([source], in_process([source]), clock=Clock()).run()
         assert result.health[0].up
-        assert server.request_headers[0]["Authorization"].startswith("Basic ")
+        # used (alice:p@ss) and shown as Prometheus shows it, whoever built the source
+        assert server.request_headers[0]["Authorization"] == "Basic YWxpY2U6cEBzcw=="
         assert "Authorization" not in target.request_headers[0]
+        shown = server.url.replace("http://", "http://alice:<secret>@")
+        assert source.url == result.health[0].source == shown
+        assert "p%40ss" not in repr(source)
     finally:
         target.stop()
 
