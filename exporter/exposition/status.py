@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from exporter.engine.backlog import TopicDecision
 from exporter.engine.decide import Decisions, GroupResult
-from exporter.exposition.build_topics import published_topics
+from exporter.exposition.build_topics import published_rows
 from exporter.sources.model import SourceHealth
 
 
@@ -74,15 +74,26 @@ def source_view(h: SourceHealth) -> dict[str, object]:
     }
 
 
+# The most topics one document lists, whatever `filters.max_topics` says: a view is a dict
+# made for each topic, on an HTTP thread, and kept with the publication, so an uncapped
+# fleet would make the first status request of each cycle cost time and memory in
+# proportion to the whole fleet (docs/design.md has the figures).
+STATUS_TOPICS = 10_000
+
+
 def view(cluster: str, checked_at: float, decisions: Decisions | None,
          health: Iterable[SourceHealth], stage_seconds: Mapping[str, float] | None = None,
          max_topics: int | None = None) -> dict[str, object]:
-    """The document, its topics by name. Under `filters.max_topics` (`max_topics`) only the
-    topics /metrics publishes are listed (`published_topics`), and `topics_dropped` counts
-    the rest: a view of every topic is a dict made for each; at 1M topics one request took
-    43.7 s and 1.8 GB over the driver's baseline, and the 464 MB document stayed with the
-    publication (capped at 10,000: 0.54 s, 67 MB)."""
-    listed = published_topics(decisions.topics, max_topics) if decisions else []
+    """The document, its topics by name: those /metrics publishes under `filters.max_topics`
+    (`published_topics`), at most STATUS_TOPICS of them, chosen as `max_topics` chooses
+    (over a quota first, then the oldest and largest backlogs); `topics_dropped` counts the
+    rest whenever a topic is left out."""
+    listed: list = []
+    if decisions:
+        cap = STATUS_TOPICS if max_topics is None else min(max_topics, STATUS_TOPICS)
+        rows = published_rows(decisions.topics, cap)
+        listed = list(decisions.topics) if rows is None else [
+            decisions.topics[k] for k in rows[:STATUS_TOPICS]]
     doc: dict[str, object] = {
         "cluster": cluster,
         "checked_at": _iso(checked_at),
@@ -90,7 +101,8 @@ def view(cluster: str, checked_at: float, decisions: Decisions | None,
         "stage_seconds": {k: round(v, 4) for k, v in (stage_seconds or {}).items()},
         "topics": [topic_view(d) for d in sorted(listed, key=lambda d: d.topic)],
     }
-    if max_topics is not None:
-        doc["topics_dropped"] = len(decisions.topics) - len(listed) if decisions else 0
+    dropped = len(decisions.topics) - len(listed) if decisions else 0
+    if max_topics is not None or dropped:
+        doc["topics_dropped"] = dropped
     doc["resource_groups"] = [group_view(g) for g in decisions.groups] if decisions else []
     return doc

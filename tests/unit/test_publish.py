@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from exporter.catalogue import ENFORCERS
 from exporter.config.model import RetentionPolicy
-from exporter.exposition.build_topics import enforcer, published_topics
+from exporter.exposition.build_topics import as_published, enforcer, published_topics
 
 HOLD, EXC, EVICT = (RetentionPolicy.PRODUCER_REQUEST_HOLD, RetentionPolicy.PRODUCER_EXCEPTION,
                     RetentionPolicy.CONSUMER_BACKLOG_EVICTION)
@@ -230,3 +230,23 @@ def test_as_published_keeps_what_a_capped_publication_reads_again_and_no_more() 
     assert as_published(kept, 1) is kept  # kept once: as published
     assert as_published(decisions, None) is decisions  # uncapped: every one is published
     assert as_published(decisions, 5) is decisions
+
+
+def test_the_status_lists_at_most_status_topics_chosen_as_max_topics_chooses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Uncapped or capped above it, a status document lists STATUS_TOPICS topics at most:
+    those over a quota first, then the oldest backlogs; `topics_dropped` counts the rest."""
+    from exporter.exposition import status
+
+    decisions = _decisions()
+    assert len(status.view("c", NOW, decisions, ())["topics"]) == 5  # under the bound
+    assert "topics_dropped" not in status.view("c", NOW, decisions, ())
+    monkeypatch.setattr(status, "STATUS_TOPICS", 2)
+    ranked = [d.topic for d in published_topics(decisions.topics, 2)]
+    for cap in (None, 4, 2):
+        doc = status.view("c", NOW, decisions, (), {}, cap)
+        assert [t["topic"] for t in doc["topics"]] == sorted(ranked), cap
+        assert doc["topics_dropped"] == 3
+    kept = as_published(decisions, 4)  # the decisions a capped cycle keeps
+    assert [t["topic"] for t in status.view("c", NOW, kept, (), {}, 4)["topics"]] == \
+        sorted(ranked)
