@@ -11,8 +11,9 @@ What both need, done once:
   non-owner broker with a 307 to the owner (`PulsarWebResource`'s topic-ownership check),
   for POSTs too, which urllib refuses to follow on its own;
 - the credentials go only where they were configured for: a redirect is followed to the admin
-  URL's host or to a broker of the cluster (`GET /admin/v2/brokers/{cluster}` on the admin
-  URL itself, which lists `host:port` of every active broker), never from https to http;
+  URL's host, a host of `sources.brokers`, or a broker of the cluster (`GET /admin/v2/brokers/
+  {cluster}` on the admin URL itself, which lists `host:port` of every active broker; a
+  superuser's call), never from https to http;
   any other redirect is refused (`RedirectRefused`), so a compromised or spoofed answer
   cannot send the token elsewhere.
 
@@ -89,6 +90,7 @@ class AdminHttp:
         handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
         if source.url.startswith("https:"):
             handlers.append(urllib.request.HTTPSHandler(context=tls_context(source)))
+        self._brokers = frozenset(source.broker_hosts)
         self._cluster_hosts: frozenset[str] | None = None
         self._follow = urllib.request.build_opener(*handlers, _KeptRedirect(self._may_go))
         self._stay = urllib.request.build_opener(*handlers, _NoRedirect())
@@ -102,7 +104,7 @@ class AdminHttp:
         if now.scheme == "https" and then.scheme != "https":
             return "a downgrade from https to http"
         host = then.hostname.lower()
-        if host == (urlsplit(self._base).hostname or "").lower():
+        if host == (urlsplit(self._base).hostname or "").lower() or host in self._brokers:
             return None
         if self._cluster_hosts is None:
             self._cluster_hosts = self._list_cluster_hosts()

@@ -257,6 +257,9 @@ class AdminSource:
     namespaces: tuple[str, ...] = ()
     # Basic credentials from the URL's userinfo, sent when no token_file is given
     authorization: str | None = field(default=None, repr=False, metadata={"yaml": None})
+    # The hosts of `sources.brokers`: the operator named them, so a redirect there (Pulsar's
+    # 307 to a topic's owner) may carry the credentials (adminhttp.py)
+    broker_hosts: tuple[str, ...] = field(default=(), metadata={"yaml": None})
 
     def __post_init__(self) -> None:
         _take_userinfo(self)

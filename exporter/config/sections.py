@@ -10,6 +10,7 @@ import difflib
 import socket
 from collections.abc import Mapping
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 from exporter.config import auth, userinfo
 from exporter.config import values as cv
@@ -70,7 +71,7 @@ def sources(r: Reader, value: object, path: str) -> Sources:
     admin = None
     if "admin" in m:
         a = r.mapping(m["admin"], f"{path}.admin",
-                      schema_keys(AdminSource, exclude=("authorization",)))
+                      schema_keys(AdminSource, exclude=("authorization", "broker_hosts")))
         if isinstance(m["admin"], dict) and "url" not in a:
             r.error(f"{path}.admin.url", "required when sources.admin is given")
         admin_url = r.get(a, "url", f"{path}.admin", cv.url("http", "https"), "")
@@ -86,6 +87,8 @@ def sources(r: Reader, value: object, path: str) -> Sources:
                 a, "insecure_skip_verify", f"{path}.admin", cv.boolean, False
             ),
             namespaces=_namespaces(r, a.get("namespaces"), f"{path}.admin.namespaces"),
+            broker_hosts=tuple(sorted({(urlsplit(b.url).hostname or "").lower()
+                                       for b in brokers})),
         )
     service_url = r.get(m, "service_url", path, cv.url("pulsar", "pulsar+ssl"), None)
     token_file = r.get(m, "service_token_file", path, cv.string, None)

@@ -141,6 +141,19 @@ def test_a_307_to_a_broker_the_cluster_lists_carries_the_token(servers, token) -
                               ("POST", SKIP, "Bearer the-token")]
 
 
+def test_a_307_to_a_host_of_sources_brokers_carries_the_token(servers, token) -> None:
+    """The operator named that host: no broker listing (a superuser's call) is needed."""
+    owner = _owner(servers, "127.0.0.2")
+    admin = _server(servers, "127.0.0.1")
+    admin.routes[f"GET {STATS}"] = (307, owner.url + STATS)
+    admin.routes[f"POST {SKIP}"] = (307, owner.url + SKIP)
+    source = AdminSource(admin.url, token_file=str(token), broker_hosts=("127.0.0.2",))
+    (result,) = AdminEvictor(source).perform([EvictionOrder(TOPIC, "s", "size", messages=2)])
+    assert isinstance(result, Performed), result
+    assert [r[1] for r in admin.requests] == [STATS, SKIP]
+    assert [r[2] for r in owner.requests] == ["Bearer the-token"] * 2
+
+
 @pytest.mark.tools  # openssl makes the certificate
 def test_a_redirect_from_https_to_http_is_refused(servers, token, tmp_path: Path) -> None:
     ca = ScratchCA(tmp_path / "pki")
