@@ -110,7 +110,7 @@ class AdminHttp:
             self._cluster_hosts = self._list_cluster_hosts()
         if host in self._cluster_hosts:
             return None
-        return "neither the admin URL's host nor a broker the cluster lists"
+        return "not the admin URL's host, a host of sources.brokers or a broker the cluster lists"
 
     def _list_cluster_hosts(self) -> frozenset[str]:
         """Every active broker's host, as the admin URL's own broker lists them; none when

@@ -22,6 +22,7 @@ import pytest
 from exporter.actions.admin import AdminEvictor
 from exporter.actions.binary import BinaryEvictor
 from exporter.actions.orders import EvictionOrder, Performed
+from exporter.adminhttp import AdminHttp
 from exporter.config.model import AdminSource
 from exporter.runtime.cycle import CycleReport
 from tests.cluster.helpers import (
@@ -148,9 +149,11 @@ def test_every_topic_is_counted_once_and_survives_every_bundle_moving(
 
 def test_evictions_of_a_topic_the_admin_urls_broker_does_not_own(
         apache_cluster: ApacheCluster) -> None:
-    """Broker 1's admin URL answers for broker 2's topic with a 307 to the owner, which the
-    evictor follows with its POST; the binary protocol through broker 1's service URL finds
-    the owner by lookup. Each cut is checked against the owner's own stats."""
+    """Broker 1's admin URL answers for broker 2's topic with a 307 to the owner (seen here
+    unfollowed), which the evictor follows with its POST; the binary protocol through broker
+    1's service URL finds the owner by lookup. Each cut is checked against the owner's own
+    stats. The admin URL names broker 1 as `localhost`, the 307 the owner as 127.0.0.1: the
+    evictor follows it because the cluster's own broker listing names that host."""
     ns = namespace(apache_cluster, "evict-elsewhere")
     topics = backlogged(apache_cluster, ns, 12)
     owners = spread(apache_cluster, list(topics))
@@ -162,7 +165,14 @@ def test_evictions_of_a_topic_the_admin_urls_broker_does_not_own(
     def backlog(topic: str) -> int:
         return second.topic_stats(topic)["subscriptions"]["stalled"]["msgBacklog"]
 
-    (result,) = AdminEvictor(AdminSource(url=first.web_url, timeout=10.0)).perform(
+    admin = AdminSource(url=first.web_url.replace("127.0.0.1", "localhost"), timeout=10.0)
+    stats = "/admin/v2/" + by_admin.replace("://", "/") + "/stats"
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        AdminHttp(admin).call("GET", stats, follow=False)
+    assert answer.value.code == 307
+    assert answer.value.headers["Location"].startswith(second.web_url + stats), \
+        answer.value.headers["Location"]
+    (result,) = AdminEvictor(admin).perform(
         [EvictionOrder(by_admin, "stalled", "size", messages=2)])
     assert isinstance(result, Performed), result
     assert backlog(by_admin) == topics[by_admin] - 2
