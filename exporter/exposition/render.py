@@ -221,11 +221,34 @@ def _family(m: re.Match[bytes]) -> bytes:
     return b"# HELP " + name + b" " + text + b"\n# TYPE " + name + b" " + om_kind
 
 
+def _header(lines: bytes) -> bytes:
+    """A family's `# HELP …` line and the line after it, as OpenMetrics writes them."""
+    lines = _SUFFIXED_FAMILY.sub(_family, lines)
+    return _HELP.sub(lambda m: m.group(1) + _HELP_ESCAPE.sub(
+        lambda e: b'\\"' if e.group() == b'"' else e.group(), m.group(2)), lines)
+
+
 def openmetrics(body: bytes) -> bytes:
     """A text-format 0.0.4 body (ours and prometheus-client's: each family's HELP line
-    right before its TYPE line) as OpenMetrics 1.0.0, ending in `# EOF`. Computed once
-    per cycle, when a scraper first asks for it (server/http.py)."""
-    body = _SUFFIXED_FAMILY.sub(_family, body)
-    body = _HELP.sub(lambda m: m.group(1) + _HELP_ESCAPE.sub(
-        lambda e: b'\\"' if e.group() == b'"' else e.group(), m.group(2)), body)
-    return body + b"# EOF\n"
+    right before its TYPE line) as OpenMetrics 1.0.0, ending in `# EOF`. Only the families'
+    header lines differ, so only they are rewritten: found by a byte search (no sample line
+    starts with `#`), the samples between them copied once, as they are."""
+    pieces: list[bytes | memoryview] = []
+    view = memoryview(body)
+    copied = 0
+    at = 0 if body.startswith(b"# HELP ") else _next_help(body, 0)
+    while at >= 0:
+        help_end = body.find(b"\n", at)
+        end = body.find(b"\n", help_end + 1) if help_end >= 0 else -1
+        end = len(body) if end < 0 else end
+        pieces += [view[copied:at], _header(body[at:end])]
+        copied = end
+        at = _next_help(body, end)
+    pieces += [view[copied:], b"# EOF\n"]
+    return b"".join(pieces)
+
+
+def _next_help(body: bytes, start: int) -> int:
+    """Where the next line starting `# HELP ` begins, at or after `start`; -1: none."""
+    found = body.find(b"\n# HELP ", start)
+    return found + 1 if found >= 0 else -1

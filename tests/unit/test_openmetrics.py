@@ -58,6 +58,25 @@ def test_a_whole_cycle_parses_as_openmetrics(cycle_body):
     assert sum(len(f.samples) for f in families.values()) == classic  # nothing lost
 
 
+def _whole_body_rewrite(body: bytes) -> bytes:
+    """The conversion as regular expressions over the whole body (what `openmetrics` did
+    before it searched for the header lines): the reference it must equal."""
+    from exporter.exposition import render as r
+
+    body = r._SUFFIXED_FAMILY.sub(r._family, body)
+    return r._HELP.sub(lambda m: m.group(1) + r._HELP_ESCAPE.sub(
+        lambda e: b'\\"' if e.group() == b'"' else e.group(), m.group(2)), body) + b"# EOF\n"
+
+
+@pytest.mark.parametrize("text", [
+    b"", b"a 1\n", b"# HELP only", b"# HELP a_total x\n# TYPE a_total counter",
+    b'x 1\n# HELP b_info y "q"\n# TYPE b_info gauge\nb_info{a="1"} 1\n# HELP c z\n',
+    b"# TYPE d gauge\nd 1\n# HELP e_total w\n# TYPE e_total gauge\ne_total 2\n"])
+def test_only_the_header_lines_are_rewritten(text: bytes, cycle_body: bytes) -> None:
+    assert openmetrics(text) == _whole_body_rewrite(text)
+    assert openmetrics(cycle_body) == _whole_body_rewrite(cycle_body)
+
+
 def test_help_quotes_are_escaped_and_other_bytes_untouched():
     text = b'# HELP a_total Says "x" and \\\\ and \\n.\n# TYPE a_total counter\na_total 1\n'
     om = openmetrics(text)
