@@ -7,7 +7,9 @@ seconds (so the first OpenMetrics scrape of each cycle converts the body, on an 
 thread). Each Prometheus then reports its own `scrape_duration_seconds` (max and median
 over the window), its failed scrapes (`up == 0`) and the body it took
 (`scrape_body_size_bytes`, `--enable-feature=extra-scrape-metrics`). The server's CPU
-between cycles is this process's CPU over the window less the publishing thread's own.
+between cycles is this process's CPU over the window less the publishing thread's own;
+"fetch s" is the server's share of a scrape, the body fetched as Prometheus asks for it
+but not parsed (the rest of `scrape_duration_seconds` is Prometheus' parse and append).
 
 Beside it, what a Python exporter would use instead: prometheus-client's
 `start_http_server` with the same series pre-built as metric families (it renders per
@@ -20,8 +22,10 @@ scrape; no cycles to publish). Traffic stays on 127.0.0.1.
 from __future__ import annotations
 
 import argparse
+import http.client
 import resource
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -75,6 +79,25 @@ class Scraper:
                 "body_mb": one(f"max_over_time(scrape_body_size_bytes{w})") / 1e6}
 
 
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def fetch_seconds(target: str, tries: int = 5) -> float:
+    """The median time to fetch the body as Prometheus asks for it (OpenMetrics, gzip) and
+    read it whole, without parsing it: the server's share of a scrape."""
+    took = []
+    for _ in range(tries):
+        conn = http.client.HTTPConnection(*target.rsplit(":", 1), timeout=30)
+        t0 = time.perf_counter()
+        conn.request("GET", "/metrics", headers={"Accept": PROMETHEUS_ACCEPT,
+                                                  "Accept-Encoding": "gzip"})
+        conn.getresponse().read()
+        took.append(time.perf_counter() - t0)
+        conn.close()
+    return statistics.median(took)
+
+
 def measure(target: str, workdir: Path, args: argparse.Namespace,
             publish: Callable[[], object] | None) -> tuple[list[dict[str, float]], float]:
     """Start the pair on `target`, run the window (publishing every cycle when given),
@@ -103,7 +126,11 @@ def measure(target: str, workdir: Path, args: argparse.Namespace,
         if publish is not None:
             thread.join()
         cpu = (_cpu() - cpu0 - publishing[0]) / (time.monotonic() - t0)
-        return [p.figures(args.duration) for p in pair], cpu
+        figures = [p.figures(args.duration) for p in pair]
+        for p in pair:
+            p.prometheus.stop()
+        figures[0]["fetch_s"] = fetch_seconds(target)
+        return figures, cpu
     finally:
         for p in pair:
             p.prometheus.stop()
@@ -142,21 +169,23 @@ def main() -> None:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     head = ("topics", "series", "server", "Prometheus", "scrapes", "failed", "max s", "p50 s",
-            "body MB", "server CPU")
+            "body MB", "server CPU", "fetch s")
     table = [head]
     for topics, series, impl, figures, cpu in rows:
         for i, f in enumerate(figures):
             table.append((f"{topics:,}", f"{series:,}", impl, f"#{i + 1}",
                           f"{f['scrapes']:.0f}", f"{f['failed']:.0f}", f"{f['max_s']:.3f}",
                           f"{f['p50_s']:.3f}", f"{f['body_mb']:.1f}",
-                          f"{cpu * 100:.1f} %" if i == 0 else ""))
+                          f"{cpu * 100:.1f} %" if i == 0 else "",
+                          f"{f['fetch_s']:.3f}" if i == 0 else ""))
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     for i, r in enumerate(table):
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
         if i == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     print(f"# {args.duration:g} s a row, scrape every {args.interval:g} s, a new body every "
-          f"{args.cycle:g} s (ours); server CPU: cores busy serving, publishing excluded")
+          f"{args.cycle:g} s (ours); server CPU: cores busy serving, publishing excluded; "
+          "fetch s: the median GET of the body as Prometheus asks, read, not parsed")
 
 
 if __name__ == "__main__":
