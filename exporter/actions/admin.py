@@ -1,7 +1,14 @@
 """Evictions through Apache Pulsar's admin REST, as the broker's BacklogQuotaManager evicts:
-`GET …/stats?getEarliestTimeInBacklog=true` to see the subscription, then for size
-`POST …/subscription/{sub}/skip/{n}` and for time `POST …/subscription/{sub}/expireMessages/
-{seconds}`, for every subscription type, consumers connected or not.
+`GET …/stats?getEarliestTimeInBacklog=true&subscriptionBacklogSize=true` to see the
+subscription now, then for size `POST …/subscription/{sub}/skip/{n}` and for time `POST …/
+subscription/{sub}/expireMessages/{seconds}`, for every subscription type, consumers
+connected or not.
+
+The cycle's figures are seconds old, and a plain-HTTP /metrics body can be spoofed: `n` is
+made again from those stats (`fresh_cut`), never more than the broker's own eviction would
+skip now, and an order the stats no longer bear out (within the target, no backlog, nothing
+before the cut-off) is refused as `stale_size` / `stale_time`. A time order cannot take more
+than its quota allows: it expires by publish time, which no stale figure moves.
 
 Measured on 4.0.8 and read in its sources (PersistentSubscription): `skip` moves the cursor
 (`asyncSkipEntries`) without disconnecting anyone; `expireMessages` marks deleted up to the
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import http.client as http_client
 import json
+import logging
 import math
 import ssl
 import time
@@ -32,7 +40,6 @@ from exporter.actions.orders import (
     EvictionMethod,
     EvictionOrder,
     EvictionResult,
-    NothingToEvict,
     Performed,
     Skipped,
     lease_lost,
@@ -40,6 +47,8 @@ from exporter.actions.orders import (
 )
 from exporter.adminhttp import AdminHttp, CaFileError, TokenFileError
 from exporter.config.model import AdminSource
+
+log = logging.getLogger(__name__)
 
 _JAVA_INT_MAX = 2**31 - 1  # Pulsar's skip/{numMessages} is a Java int
 
@@ -69,6 +78,37 @@ def _http_failure(exc: BaseException, url: str) -> tuple[EvictionFailure, str]:
     if isinstance(cause, OSError):
         return EvictionFailure.BROKER_ERROR, detail
     return EvictionFailure.OTHER, detail
+
+
+def _backlog_bytes(stats: dict, sub: dict) -> float | None:
+    """The subscription's backlog in bytes as the broker counts it now: its own
+    (`subscriptionBacklogSize=true`), else the topic's (the slowest cursor's: never less)."""
+    for size in (sub.get("backlogSize"), stats.get("backlogSize")):
+        if isinstance(size, int | float) and not isinstance(size, bool) and size >= 0:
+            return float(size)
+    return None
+
+
+def fresh_cut(order: EvictionOrder, backlog: int, backlog_bytes: float | None) -> int | str:
+    """How many messages a size order skips, from the broker's stats read just before: never
+    more than the cycle decided, than the backlog holds, or than the broker's own eviction
+    would skip now (`BacklogQuotaManager.dropBacklogForSizeLimit`: `(int)((backlogSize −
+    target) / backlogSize × entriesInBacklog)`, in doubles as Java computes it); a reason
+    instead when that is nothing."""
+    assert order.messages is not None
+    if backlog <= 0:
+        return "no backlog now"
+    count = min(order.messages, backlog, _JAVA_INT_MAX)
+    target = order.target_bytes
+    if target is None or backlog_bytes is None:
+        return count
+    if backlog_bytes <= target:
+        return (f"the backlog is {backlog_bytes:.0f} bytes now, within the target "
+                f"{target:.0f} (0.9 × the limit)")
+    broker = int((backlog_bytes - target) / backlog_bytes * backlog)
+    if broker <= 0:
+        return f"the broker would skip nothing now ({backlog} messages, {backlog_bytes:.0f} B)"
+    return min(count, broker)
 
 
 class AdminEvictor:
@@ -102,25 +142,32 @@ class AdminEvictor:
                 raise _AdminError(*_http_failure(exc, path), status) from exc
 
         try:
-            stats = json.loads(call("GET", f"{base}/stats?getEarliestTimeInBacklog=true"))
+            stats = json.loads(call("GET", f"{base}/stats?getEarliestTimeInBacklog=true"
+                                    "&subscriptionBacklogSize=true"))
             sub = (stats.get("subscriptions") or {}).get(order.subscription)
             if not isinstance(sub, dict):
                 return EvictionFailed(order, EvictionFailure.NOT_FOUND,
                                       "subscription not in topic stats")
             consumers = len(sub.get("consumers") or ())
             backlog = int(sub.get("msgBacklog") or 0)
-            if backlog <= 0:
-                return NothingToEvict(order, "no backlog")
             if order.messages is not None:
-                count = min(order.messages, _JAVA_INT_MAX)
+                count = fresh_cut(order, backlog, _backlog_bytes(stats, sub))
+                if isinstance(count, str):
+                    return Skipped(order, EvictionFailure.STALE_SIZE, count)
+                if count < order.messages:
+                    log.info("size cut of %s on %s: %d messages, not the cycle's %d (the "
+                             "broker's stats now: %d in the backlog)", order.subscription,
+                             order.topic, count, order.messages, backlog)
                 call("POST", f"{sub_path}/skip/{count}")
-                return Performed(order, EvictionMethod.ADMIN_SKIP, min(count, backlog),
-                                 Completion.CONFIRMED)
+                return Performed(order, EvictionMethod.ADMIN_SKIP, count, Completion.CONFIRMED)
+            if backlog <= 0:
+                return Skipped(order, EvictionFailure.STALE_TIME, "no backlog now")
             cut = order.cutoff_ms
             assert cut is not None and order.before_publish_time is not None  # a time order
             earliest = sub.get("earliestMsgPublishTimeInBacklog")
             if isinstance(earliest, int) and earliest > 0 and earliest >= cut:
-                return NothingToEvict(order, "oldest message is not before the cut-off")
+                return Skipped(order, EvictionFailure.STALE_TIME,
+                               "the oldest message is not before the cut-off now")
             # Older than `seconds` on the broker's clock: ceil keeps, never drops, the
             # fraction of a second between the cut-off and a whole second.
             seconds = max(1, math.ceil(self._clock() - order.before_publish_time))

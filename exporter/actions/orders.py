@@ -49,6 +49,10 @@ class EvictionFailure(StrEnum):
     FORBIDDEN = "forbidden"  # the broker refused our credentials or our role's permissions
     SYSTEM_CURSOR = "system_cursor"  # __compaction and kin: engine/systemtopics.py
     LEASE_LOST = "lease_lost"  # another instance took the enforcer lease (actions/lease.py)
+    # The broker's own stats, read just before the cut, show less to cut than the cycle saw
+    # (a consumer caught up, or the cycle's figures were stale or spoofed): not cut
+    STALE_SIZE = "stale_size"  # the subscription is within the size target now
+    STALE_TIME = "stale_time"  # nothing in its backlog is older than the cut-off now
     OTHER = "other"
 
 
@@ -79,6 +83,10 @@ class EvictionOrder:
     # Connected consumers as the cycle's /metrics reported them (None: not reported); the
     # binary path evicts only when 0 (actions/plan.py fills it in).
     consumers: int | None = None
+    # Size orders: the bytes the broker's own eviction cuts to (0.9 × the size limit, as
+    # BacklogQuotaManager's reductionFactor), so that the cut can be made again from the
+    # broker's stats at the moment of the cut (actions/admin.py). None: `messages` at most.
+    target_bytes: float | None = None
 
     def __post_init__(self) -> None:
         parts = self.topic.removeprefix("persistent://").split("/", 2)

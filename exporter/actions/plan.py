@@ -30,6 +30,7 @@ from exporter.actions.orders import (
     Skipped,
     unfenced,
 )
+from exporter.engine.backlog import EVICTION_TARGET
 from exporter.engine.decide import Decisions
 from exporter.engine.systemtopics import is_system_cursor
 from exporter.pipeline.model import Aggregates
@@ -71,8 +72,11 @@ def orders_for(decisions: Decisions, consumers: Consumers | None = None) -> list
     seen = consumers or {}
     orders = []
     for d in decisions.topics.over():  # only a topic over a quota has a plan
+        target = (None if d.quota.limit_size is None
+                  else float(EVICTION_TARGET) * d.quota.limit_size)  # Java's double product
         orders += [EvictionOrder(d.topic, s.subscription, "size", messages=s.skip_messages,
-                                 consumers=seen.get((d.topic, s.subscription)))
+                                 consumers=seen.get((d.topic, s.subscription)),
+                                 target_bytes=target)
                    for s in d.plan.size if s.skip_messages > 0]
         orders += [EvictionOrder(d.topic, t.subscription, "time", before_publish_time=t.cutoff,
                                  consumers=seen.get((d.topic, t.subscription)))

@@ -1,7 +1,8 @@
 """Evictions through the admin REST (exporter/actions/admin.py) on a real Apache Pulsar 4.0.8
-standalone broker, as its BacklogQuotaManager evicts: size down to 90 % of the limit with
-`skip`, time with `expireMessages` at the precise rule's cut-off; a slow consumer that stays
-connected is evicted for every subscription type, and is not disconnected.
+standalone broker, as its BacklogQuotaManager evicts: size toward 90 % of the limit with
+`skip` (the count made again from the broker's stats just before), time with
+`expireMessages` at the precise rule's cut-off; a slow consumer that stays connected is
+evicted for every subscription type, and is not disconnected.
 
 Every test works in its own namespace. Batches of messages are published seconds apart:
 `expireMessages` takes whole seconds, so a cut-off between two batches needs room.
@@ -22,9 +23,10 @@ from exporter.actions.orders import (
     EvictionFailure,
     EvictionMethod,
     EvictionOrder,
-    NothingToEvict,
     Performed,
+    Skipped,
 )
+from exporter.actions.plan import orders_for
 from exporter.catalogue import EVICTION_FAILURE_REASONS
 from exporter.config.model import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.backlog import (
@@ -35,6 +37,8 @@ from exporter.engine.backlog import (
     TopicDecision,
     check,
 )
+from exporter.engine.decide import Decisions
+from exporter.engine.topicdecisions import TopicDecisions
 from tests.harness.apache_pulsar import ApachePulsar, poll
 
 PAYLOAD = 200  # bytes per message; the broker adds its metadata to each entry
@@ -67,10 +71,8 @@ def _state(broker: ApachePulsar, topic: str, namespace: str) -> TopicBacklogStat
 
 def _orders(decision: TopicDecision, subscription: str) -> list[EvictionOrder]:
     """The engine's plan for one subscription, as the check loop turns it into orders."""
-    return ([EvictionOrder(decision.topic, s.subscription, "size", messages=s.skip_messages)
-             for s in decision.plan.size if s.subscription == subscription]
-            + [EvictionOrder(decision.topic, t.subscription, "time", before_publish_time=t.cutoff)
-               for t in decision.plan.time if t.subscription == subscription])
+    decisions = Decisions(time.time(), TopicDecisions.of((decision,)), {}, ())
+    return [o for o in orders_for(decisions) if o.subscription == subscription]
 
 
 def _two_batches(broker: ApachePulsar, topic: str) -> float:
@@ -107,16 +109,52 @@ def test_size_goes_down_to_ninety_percent_of_the_limit(
     quotas = BacklogQuotas(topics={topic: BacklogQuota(limit_size=limit, policy=EVICT)})
     decision = check(_state(apache_pulsar, topic, namespace), quotas, time.time())
     orders = _orders(decision, "by-size")
-    assert [o.messages for o in orders] == [38]
+    assert [o.messages for o in orders] == [38]  # the fewest that reach the target
 
+    # The broker's own rule skips (int)((backlog − target) / backlog × entries): 37.05 → 37,
+    # which leaves the backlog just over the target, under the limit
     results = AdminEvictor(_source(apache_pulsar)).perform(orders)
-    assert [(type(r), r.method) for r in results] == [(Performed, EvictionMethod.ADMIN_SKIP)]
+    assert [(type(r), r.method, r.messages) for r in results] == [
+        (Performed, EvictionMethod.ADMIN_SKIP, 37)]
     after = _sub(apache_pulsar, topic, "by-size")
-    assert after["msgBacklog"] == 22
-    assert limit * EVICTION_TARGET - per_message < after["backlogSize"] <= limit * EVICTION_TARGET
+    assert after["msgBacklog"] == 23
+    assert limit * EVICTION_TARGET < after["backlogSize"] < limit
     assert _sub(apache_pulsar, topic, "other")["msgBacklog"] == 60  # others untouched
     with apache_pulsar.consumer(topic, "by-size") as consumer:
-        assert consumer.receive(timeout_millis=10_000).data().startswith(b"38.")
+        assert consumer.receive(timeout_millis=10_000).data().startswith(b"37.")
+
+
+def test_a_backlog_that_shrank_since_the_cycle_is_cut_from_the_brokers_stats(
+        apache_pulsar: ApachePulsar, stalled: tuple[str, str, float]) -> None:
+    """The cycle saw 60 messages and ordered 38 skipped; before the cut a consumer
+    acknowledged 20 of them. The cut is made again from the broker's stats (as its
+    BacklogQuotaManager would cut now), not the cycle's 38; and once the backlog is within
+    the target, the order is refused as stale and the backlog left alone."""
+    namespace, topic, _ = stalled
+    before = _sub(apache_pulsar, topic, "by-size")
+    per_message = before["backlogSize"] / 60
+    limit = int(per_message * 25.5)
+    quotas = BacklogQuotas(topics={topic: BacklogQuota(limit_size=limit, policy=EVICT)})
+    orders = _orders(check(_state(apache_pulsar, topic, namespace), quotas, time.time()),
+                     "by-size")
+    assert [o.messages for o in orders] == [38]
+    with apache_pulsar.consumer(topic, "by-size") as consumer:
+        for _ in range(20):
+            consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    poll(lambda: _sub(apache_pulsar, topic, "by-size")["msgBacklog"] == 40, "40 left")
+    fresh = _sub(apache_pulsar, topic, "by-size")
+    target = float(EVICTION_TARGET) * limit
+    expected = int((fresh["backlogSize"] - target) / fresh["backlogSize"] * 40)
+    assert 0 < expected < 38 - 20, expected  # the cycle's cut, even less the 20 read, is more
+
+    (result,) = AdminEvictor(_source(apache_pulsar)).perform(orders)
+    assert (type(result), result.messages) == (Performed, expected), result
+    assert _sub(apache_pulsar, topic, "by-size")["msgBacklog"] == 40 - expected
+    print(f"cycle's cut 38 of 60; {expected} of 40 cut from the broker's stats")
+
+    (refused,) = AdminEvictor(_source(apache_pulsar)).perform(orders)  # the same order again
+    assert isinstance(refused, Skipped) and refused.reason is EvictionFailure.STALE_SIZE, refused
+    assert _sub(apache_pulsar, topic, "by-size")["msgBacklog"] == 40 - expected
 
 
 def test_time_expires_what_is_older_than_the_cut(
@@ -138,18 +176,20 @@ def test_time_expires_what_is_older_than_the_cut(
          "the broker's expiry, running on after the 204")
     assert _sub(apache_pulsar, topic, "by-time")["earliestMsgPublishTimeInBacklog"] >= cut * 1000
     assert _sub(apache_pulsar, topic, "other")["msgBacklog"] == 60
-    # Once more: nothing is older than the cut any more, so nothing is done.
+    # Once more: nothing is older than the cut any more, so nothing is done, and that
+    # is counted as stale.
     again = AdminEvictor(_source(apache_pulsar)).perform(orders)
-    assert [type(r) for r in again] == [NothingToEvict]
+    assert [(type(r), r.reason) for r in again] == [(Skipped, EvictionFailure.STALE_TIME)]
 
 
 @pytest.mark.parametrize("kind", TYPES, ids=lambda k: k.name)
 def test_a_slow_connected_consumer_is_evicted_and_stays_connected(
         apache_pulsar: ApachePulsar, kind: pulsar.ConsumerType) -> None:
     """A consumer that is connected but reads nothing (a receiver queue of 1, never
-    acknowledging) holds a backlog over both quotas. Skip cuts it to 90 % of the size
-    limit, expiry cuts what is older than the time quota's cut-off; its connection stays
-    (same `connectedSince`), and what it reads next is the first message left."""
+    acknowledging) holds a backlog over both quotas. Skip cuts it as the broker would (to
+    just over 90 % of the size limit), expiry cuts what is older than the time quota's
+    cut-off; its connection stays (same `connectedSince`), and what it reads next is the
+    first message left."""
     namespace = apache_pulsar.create_namespace(f"slow-{kind.name.lower()}")
     size_topic, time_topic = (f"persistent://{namespace}/{n}" for n in ("size", "time"))
     with apache_pulsar.client() as client:
@@ -176,13 +216,13 @@ def test_a_slow_connected_consumer_is_evicted_and_stays_connected(
              f"{kind.name}: the expiry of the 40 old messages")
         size_left = _sub(apache_pulsar, size_topic, "slow")
         print(f"{kind.name}: size backlog 60 -> {size_left['msgBacklog']}, time backlog 60 -> 20")
-        assert size_left["msgBacklog"] == 22
+        assert size_left["msgBacklog"] == 23  # the broker's rule: (int)37.05 skipped
         assert [_sub(apache_pulsar, t, "slow")["consumers"][0]["connectedSince"]
                 for t in (size_topic, time_topic)] == connected
 
         # It reads on from what is left: the first message it had prefetched (queue of 1),
         # then the first one after the cut, and acknowledges as usual.
-        for consumer, first_left in zip(consumers, (38, 40), strict=True):
+        for consumer, first_left in zip(consumers, (37, 40), strict=True):
             seen = []
             for _ in range(3):
                 message = consumer.receive(timeout_millis=10_000)

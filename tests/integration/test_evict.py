@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.actions.admin import AdminEvictor
+from exporter.actions.admin import AdminEvictor, fresh_cut
 from exporter.actions.binary import BinaryEvictor
 from exporter.actions.evict import Unconfigured, evictor_for
 from exporter.actions.orders import (
@@ -266,7 +266,7 @@ def recorder() -> Iterator[AdminRecorder]:
 
 TOPIC = "persistent://my-tenant/my-ns/orders v2"
 BASE = "/admin/v2/persistent/my-tenant/my-ns/orders%20v2"
-STATS = f"{BASE}/stats?getEarliestTimeInBacklog=true"
+STATS = f"{BASE}/stats?getEarliestTimeInBacklog=true&subscriptionBacklogSize=true"
 
 
 def test_admin_time_order_expires_with_the_token(recorder: AdminRecorder,
@@ -307,23 +307,27 @@ def test_admin_expiry_refused_by_the_broker(recorder: AdminRecorder, consumers: 
 
 
 def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminRecorder) -> None:
-    owner = f"{BASE}/subscription/s/skip/50?authoritative=true"
+    owner = f"{BASE}/subscription/s/skip/30?authoritative=true"
     recorder.answer("GET", STATS, 200, _stats("s", backlog=30, consumers=2))
-    recorder.answer("POST", f"{BASE}/subscription/s/skip/50", 307, recorder.url + owner)
+    recorder.answer("POST", f"{BASE}/subscription/s/skip/30", 307, recorder.url + owner)
     recorder.answer("POST", owner, 204)
     order = EvictionOrder(TOPIC, "s", "size", messages=50)
     (result,) = AdminEvictor(AdminSource(recorder.url)).perform([order])
     assert result == Performed(order, EvictionMethod.ADMIN_SKIP, 30, Completion.CONFIRMED)
     assert [(m, p) for m, p, _ in recorder.requests][-2:] == [
-        ("POST", f"{BASE}/subscription/s/skip/50"), ("POST", owner)]
+        ("POST", f"{BASE}/subscription/s/skip/30"), ("POST", owner)]  # no more than it has
 
 
 @pytest.mark.parametrize(("stats", "order_kwargs", "expected"), [
     (None, {"messages": 5}, (EvictionFailed, EvictionFailure.NOT_FOUND)),
     (_stats("other"), {"messages": 5}, (EvictionFailed, EvictionFailure.NOT_FOUND)),
-    (_stats("s", backlog=0), {"messages": 5}, (NothingToEvict, None)),
+    (_stats("s", backlog=0), {"messages": 5}, (Skipped, EvictionFailure.STALE_SIZE)),
     (_stats("s", earliest=1_700_000_000_000), {"before_publish_time": 1_700_000_000.0},
-     (NothingToEvict, None)),
+     (Skipped, EvictionFailure.STALE_TIME)),
+    (_stats("s", backlog=0), {"before_publish_time": 1_700_000_000.0},
+     (Skipped, EvictionFailure.STALE_TIME)),
+    (_stats("s", backlog=200), {"messages": 5, "target_bytes": 40_000.0},
+     (Skipped, EvictionFailure.STALE_SIZE)),  # the topic's 40,000 bytes: at the target
     ({"subscriptions": "garbage"}, {"messages": 5}, (EvictionFailed, EvictionFailure.OTHER)),
 ])
 def test_admin_decides_before_posting(recorder: AdminRecorder, stats: dict | None,
@@ -385,3 +389,45 @@ def test_admin_ignores_proxies_from_the_environment(recorder: AdminRecorder,
     order = EvictionOrder(TOPIC, "s", "size", messages=5)
     (result,) = AdminEvictor(AdminSource(recorder.url)).perform([order])
     assert result == Performed(order, EvictionMethod.ADMIN_SKIP, 5, Completion.CONFIRMED)
+
+
+# --- the size cut made again from the broker's stats (actions/admin.py fresh_cut) ---------------
+
+
+def _size(messages: int, target: float | None = None) -> EvictionOrder:
+    return EvictionOrder(TOPIC, "s", "size", messages=messages, target_bytes=target)
+
+
+@pytest.mark.parametrize(("order", "backlog", "size", "expected"), [
+    (_size(38), 60, 12_000.0, 38),  # no target: the cycle's cut, at most the backlog
+    (_size(80), 60, 12_000.0, 60),
+    # BacklogQuotaManager: (int)((12000 − 4590) / 12000 × 60) = (int)37.05 = 37, though
+    # the cycle (ceil, to reach the target) said 38: never more than the broker would
+    (_size(38, 4590.0), 60, 12_000.0, 37),
+    # a consumer caught up since the cycle: 40 left, (int)((8000 − 4590) / 8000 × 40) = 17
+    (_size(38, 4590.0), 40, 8_000.0, 17),
+    (_size(38, 4590.0), 20, 4_000.0, "within the target"),  # under the target now
+    (_size(38, 4590.0), 0, 0.0, "no backlog"),
+    (_size(38, 4590.0), 1, 4_600.0, "would skip nothing"),  # (int)(0.002 × 1) = 0
+    (_size(38, 4590.0), 60, None, 38),  # no size in the stats: the cycle's cut
+])
+def test_the_size_cut_is_made_again_from_the_brokers_stats(
+        order: EvictionOrder, backlog: int, size: float | None, expected: int | str) -> None:
+    got = fresh_cut(order, backlog, size)
+    if isinstance(expected, str):
+        assert isinstance(got, str) and expected in got, got
+    else:
+        assert got == expected
+
+
+def test_a_backlog_that_shrank_since_the_cycle_is_cut_from_the_fresh_stats(
+        recorder: AdminRecorder) -> None:
+    """The cycle saw 60 messages (12,000 B) and ordered 38 skipped; the stats now say 40
+    messages, 8,000 B for the subscription (its own `backlogSize`): 17 are skipped."""
+    stats = _stats("s", backlog=40)
+    stats["subscriptions"]["s"]["backlogSize"] = 8_000
+    recorder.answer("GET", STATS, 200, stats)
+    recorder.answer("POST", f"{BASE}/subscription/s/skip/17", 204)
+    order = _size(38, 4590.0)
+    (result,) = AdminEvictor(AdminSource(recorder.url)).perform([order])
+    assert result == Performed(order, EvictionMethod.ADMIN_SKIP, 17, Completion.CONFIRMED)

@@ -22,7 +22,8 @@ from exporter.config.model import AdminSource
 from tests.harness.certs import ScratchCA
 
 TOPIC = "persistent://t/ns/x"
-STATS = "/admin/v2/persistent/t/ns/x/stats?getEarliestTimeInBacklog=true"
+STATS = ("/admin/v2/persistent/t/ns/x/stats?getEarliestTimeInBacklog=true"
+         "&subscriptionBacklogSize=true")
 SKIP = "/admin/v2/persistent/t/ns/x/subscription/s/skip/2"
 STATS_DOC = {"backlogSize": 100, "subscriptions": {"s": {"msgBacklog": 10, "consumers": []}}}
 
