@@ -49,6 +49,7 @@ from pyspark import SparkConf, SparkContext
 import exporter
 from exporter.config.model import Spark
 from exporter.pipeline import jvmarchive, sparkhome
+from exporter.pipeline.cores import available_cores
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def local_cores(master: str) -> int | None:
     if m.group(1) is None:
         return 1
     if m.group(1) == "*":
-        return os.cpu_count() or 1
+        return available_cores()
     return int(m.group(1))
 
 
@@ -101,7 +102,8 @@ def session_conf(cfg: Spark) -> dict[str, str]:
     """Everything `get_context` sets, defaults first, then the config's `conf`."""
     cores = local_cores(cfg.master)
     conf = {
-        "spark.master": cfg.master,
+        # local[*]: the container's cores, not the node's (pipeline/cores.py)
+        "spark.master": f"local[{cores}]" if cfg.master.strip() == "local[*]" else cfg.master,
         "spark.app.name": APP_NAME,
         "spark.ui.enabled": "false",
         # The driver's status store records every job, stage and task, UI or no UI
