@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import threading
 import time
 from collections import deque
@@ -66,19 +67,24 @@ SENT = Sent()
 
 
 class Backoff:
-    """Exponential back-off between connection attempts: the first attempt at once, the
-    first retry after a loss `initial` seconds later, doubling per failure up to `maximum`,
-    reset by a success. Pure: times are passed in."""
+    """Exponential back-off between connection attempts with full jitter: the first attempt
+    at once; after a loss or a failure a wait drawn uniformly below a bound that starts at
+    `initial` and doubles per failure up to `maximum`, reset by a success. The jitter keeps
+    a fleet of exporters that lost their broker together from all knocking again at once
+    (AWS' "full jitter"). Pure: times are passed in, and so is the draw (`fraction`, in
+    [0, 1))."""
 
-    def __init__(self, initial: float, maximum: float):
+    def __init__(self, initial: float, maximum: float,
+                 fraction: Callable[[], float] = random.random):
         if not (math.isfinite(initial) and initial > 0):
             raise ValueError(f"backoff_initial must be finite and > 0, got {initial!r}")
         if not (math.isfinite(maximum) and maximum >= initial):
             raise ValueError(f"backoff_max must be finite and ≥ backoff_initial, got {maximum!r}")
         self.initial = initial
         self.maximum = maximum
-        self.delay = initial
+        self.delay = initial  # the bound of the next wait
         self.next_attempt = -math.inf
+        self._fraction = fraction
 
     def due(self, now: float) -> bool:
         return now >= self.next_attempt
@@ -87,13 +93,14 @@ class Backoff:
         return max(0.0, self.next_attempt - now)
 
     def lost(self, now: float) -> None:
-        """A working connection went away: retry after the initial delay."""
+        """A working connection went away: retry within the initial delay."""
         self.delay = self.initial
-        self.next_attempt = now + self.initial
+        self.next_attempt = now + self._fraction() * self.initial
 
     def failed(self, now: float) -> float:
-        """An attempt failed: wait the current delay (then double it). Returns the wait."""
-        wait = self.delay
+        """An attempt failed: wait within the current bound (then double it). Returns the
+        wait."""
+        wait = self._fraction() * self.delay
         self.next_attempt = now + wait
         self.delay = min(self.delay * 2, self.maximum)
         return wait

@@ -249,7 +249,8 @@ def test_close_is_idempotent_ends_the_thread_and_refuses_sends(channels) -> None
 
 
 def test_backoff_doubles_up_to_the_maximum_and_resets() -> None:
-    backoff = Backoff(0.5, 4.0)
+    """The bounds, with the jitter's draw at its top."""
+    backoff = Backoff(0.5, 4.0, fraction=lambda: 1.0)
     assert backoff.due(0.0)
     waits = [backoff.failed(float(t)) for t in range(6)]
     assert waits == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
@@ -260,6 +261,18 @@ def test_backoff_doubles_up_to_the_maximum_and_resets() -> None:
     assert not backoff.due(10.4) and backoff.due(10.5)
     assert backoff.remaining(10.25) == pytest.approx(0.25)
     assert backoff.failed(10.5) == 0.5  # a loss starts the doubling afresh
+
+
+def test_backoff_waits_a_uniform_draw_below_each_bound() -> None:
+    """Full jitter: each wait is the draw times the bound (0.5, 1, 2, 4, 4 …), so exporters
+    that lost their broker together spread their retries; the default draw is random."""
+    draws = iter([0.25, 0.5, 0.0, 0.9, 0.1, 0.5])
+    backoff = Backoff(0.5, 4.0, fraction=lambda: next(draws))
+    assert [backoff.failed(0.0) for _ in range(5)] == [0.125, 0.5, 0.0, 3.6, 0.4]
+    backoff.lost(10.0)  # within the initial bound again
+    assert backoff.remaining(10.0) == 0.25
+    waits = {Backoff(0.5, 4.0).failed(0.0) for _ in range(50)}
+    assert len(waits) > 40 and all(0.0 <= w < 0.5 for w in waits)
 
 
 @pytest.mark.parametrize(("initial", "maximum"), [(0.0, 1.0), (-1.0, 1.0), (2.0, 1.0),
