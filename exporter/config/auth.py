@@ -9,6 +9,7 @@ secret's content never appears in an error, a log line or a repr.
 from __future__ import annotations
 
 import base64
+import ssl
 from pathlib import Path
 
 from exporter.config import values as cv
@@ -38,6 +39,32 @@ def secret(r: Reader, path: str, file: str | None) -> str | None:
         r.error(path, f"{file!r} is empty")
         return None
     return content
+
+
+def server_pair(r: Reader, path: str, cert_file: str, key_file: str) -> None:
+    """A certificate and its key, readable and loading together: checked with the config, so
+    `validate-config` reports them and `run` stops before starting anything, not after."""
+    readable = [read(r, f"{path}.{key}", file) is not None
+                for key, file in (("cert_file", cert_file), ("key_file", key_file))]
+    if not all(readable):
+        return
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file)
+    except (ssl.SSLError, OSError) as exc:
+        r.error(path, f"the certificate and key do not load together: "
+                f"{getattr(exc, 'reason', None) or exc}")
+
+
+def ca_bundle(r: Reader, path: str, ca_file: str | None) -> None:
+    """A CA file that loads as one (PEM): checked with the config, used when a client is
+    built."""
+    if ca_file is None or read(r, path, ca_file) is None:
+        return
+    try:
+        ssl.create_default_context(cafile=ca_file)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        r.error(path, f"{ca_file!r} does not load as CA certificates: "
+                f"{getattr(exc, 'reason', None) or exc}")
 
 
 def authorization(r: Reader, m: dict[str, object], path: str) -> str | None:

@@ -78,11 +78,15 @@ def sources(r: Reader, value: object, path: str) -> Sources:
         admin_token = r.get(a, "token_file", f"{path}.admin", cv.string, None)
         if userinfo.has_userinfo(admin_url) and admin_token is not None:
             r.error(f"{path}.admin.url", "credentials in the URL and a token_file: give one")
+        # readable now (re-read at every use: a rotated token is picked up)
+        auth.secret(r, f"{path}.admin.token_file", admin_token)
+        admin_ca = r.get(a, "ca_file", f"{path}.admin", cv.string, None)
+        auth.ca_bundle(r, f"{path}.admin.ca_file", admin_ca)
         admin = AdminSource(
             url=admin_url,
             token_file=admin_token,
             timeout=r.get(a, "timeout", f"{path}.admin", cv.duration, AdminSource.timeout),
-            ca_file=r.get(a, "ca_file", f"{path}.admin", cv.string, None),
+            ca_file=admin_ca,
             insecure_skip_verify=r.get(
                 a, "insecure_skip_verify", f"{path}.admin", cv.boolean, False
             ),
@@ -355,6 +359,8 @@ def exposition(r: Reader, value: object, path: str) -> Exposition:
             cert_file=r.get(t, "cert_file", f"{path}.tls", cv.string, ""),
             key_file=r.get(t, "key_file", f"{path}.tls", cv.string, ""),
         )
+        if tls.cert_file and tls.key_file:
+            auth.server_pair(r, f"{path}.tls", tls.cert_file, tls.key_file)
     users: dict[str, str] = {}
     for user, hashed in r.mapping(m.get("basic_auth"), f"{path}.basic_auth").items():
         upath = join(f"{path}.basic_auth", user)

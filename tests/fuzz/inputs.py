@@ -79,7 +79,7 @@ from exporter.sources.resourcegroups import binding_from_json, group_from_json
 from exporter.transport import pulsarwire
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.signing import HEADER_BYTES, seal, unwrap
-from tests.harness.fixtures import FIXTURES
+from tests.harness.fixtures import FIXTURES, THROWAWAY_CERT, THROWAWAY_KEY
 from tests.harness.resource_usage_info import entry, info, network
 from tests.harness.resource_usage_info import field as pb_field
 
@@ -528,9 +528,12 @@ class Channel:
 def _workdir() -> Path:
     """Files the fuzzed configs point at (a secret, a token, PEM-looking files)."""
     path = Path(tempfile.mkdtemp(prefix="pqe-fuzz-"))
-    for name in ("token", "password", "ca.pem", "client.pem", "client.key", "tls.crt",
-                 "tls.key"):
+    for name in ("token", "password"):
         (path / name).write_text("0123456789abcdef0123456789abcdef\n")
+    for name, pem in (("ca.pem", THROWAWAY_CERT), ("client.pem", THROWAWAY_CERT),
+                      ("tls.crt", THROWAWAY_CERT), ("client.key", THROWAWAY_KEY),
+                      ("tls.key", THROWAWAY_KEY)):  # they load as TLS files
+        (path / name).write_text(pem.read_text())
     (path / "secret").write_bytes(SECRET + b"\n")
     return path
 

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,6 +186,40 @@ def test_config_error_exits_2_naming_the_file_and_each_key_path(tmp_path: Path) 
     assert [line.split(": ", 2)[:2] for line in errors] == [
         [str(config), "check_interval"], [str(config), "sources.brokers[0].timout"]], errors
     assert "timeout" in errors[1]  # the did-you-mean
+
+
+def test_files_the_config_names_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    """A TLS certificate that is not there, a key that is not the certificate's, an empty
+    admin token and a CA file that is no CA: `validate-config` and `run` both exit 2 with
+    one line per key path, without a traceback and without starting Spark (`run` answers
+    in the time `validate-config` takes)."""
+    from tests.harness.fixtures import THROWAWAY_CERT
+
+    other_key = tmp_path / "other.key"
+    other_key.write_text("-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEG\n"
+                         "-----END PRIVATE KEY-----\n")
+    (tmp_path / "empty-token").write_text("\n")
+    (tmp_path / "not-a-ca.pem").write_text("hello\n")
+    config = tmp_path / "files.yaml"
+    config.write_text(
+        "cluster: c\nsources:\n  brokers: [{url: 'http://127.0.0.1:9/metrics'}]\n"
+        f"  admin: {{url: 'http://127.0.0.1:9', token_file: '{tmp_path / 'empty-token'}', "
+        f"ca_file: '{tmp_path / 'not-a-ca.pem'}'}}\n"
+        f"exposition: {{listen: '127.0.0.1:{free_port()}', tls: {{cert_file: "
+        f"'{tmp_path / 'missing.crt'}', key_file: '{other_key}'}}}}\n")
+    expected = ["sources.admin.token_file", "sources.admin.ca_file", "exposition.tls.cert_file"]
+    started = time.monotonic()
+    for command in (("validate-config", config), ("run", "--config.file", config)):
+        done = run_cli(*command, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        lines = done.stderr.splitlines()
+        assert [line.split(": ", 2)[1] for line in lines] == expected, lines
+    assert time.monotonic() - started < 20  # no Spark JVM was started (it takes longer)
+    config.write_text(config.read_text().replace(str(tmp_path / "missing.crt"),
+                                                 str(THROWAWAY_CERT)))
+    done = run_cli("validate-config", config, timeout=60)
+    assert "exposition.tls: the certificate and key do not load together" in done.stderr
 
 
 def test_a_listen_address_in_use_exits_1_saying_so_before_spark_starts(

@@ -30,6 +30,7 @@ from exporter.config.model import (
     SheddingStrategy,
 )
 from exporter.config.units import format_duration, format_size
+from tests.harness.fixtures import THROWAWAY_CERT, THROWAWAY_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "exporter" / "data" / "demo.yaml"
@@ -101,14 +102,16 @@ def test_reference_file_loads(tmp_path: Path) -> None:
     for path in sorted(set(re.findall(r"(/(?:etc|var/run)/[\w./-]+)", text))):
         staged = tmp_path / path.lstrip("/")
         staged.parent.mkdir(parents=True, exist_ok=True)
-        staged.write_text("staged-0123456789abcdef\n")  # long enough for a signing secret
+        pem = {".pem": THROWAWAY_CERT, ".crt": THROWAWAY_CERT, ".key": THROWAWAY_KEY}.get(
+            staged.suffix)  # files that must load as TLS certificates and keys
+        staged.write_text(pem.read_text() if pem else "staged-0123456789abcdef\n")
         text = text.replace(path, str(staged))
     (tmp_path / "reference.yaml").write_text(text)
     c = load(tmp_path / "reference.yaml")
     assert c.cluster == "prod-eu"
     assert c.sources.brokers[1].authorization == "Bearer staged-0123456789abcdef"
     tls = c.sources.brokers[1].tls
-    assert tls is not None and tls.ca_pem == "staged-0123456789abcdef\n"
+    assert tls is not None and tls.ca_pem == THROWAWAY_CERT.read_text()
     assert c.sources.admin is not None
     assert c.exposition.tls is not None
     assert set(c.exposition.basic_auth) == {"prometheus"}
@@ -429,7 +432,7 @@ CASES = [
         "sources.brokers",
         "expected a list, found a mapping",
     ),
-    ({"sources": {"admin": {"token_file": "/t"}}}, "sources.admin.url", "required"),
+    ({"sources": {"admin": {"timeout": "5s"}}}, "sources.admin.url", "required"),
     ({"sources": {"admin": "https://a"}}, "sources.admin", "expected a mapping, found a string"),
     (
         {"sources": {"brokers": ["http://b/metrics"]}},
