@@ -9,7 +9,9 @@ secret's content never appears in an error, a log line or a repr.
 from __future__ import annotations
 
 import base64
+import os
 import ssl
+import stat
 from pathlib import Path
 
 from exporter.config import values as cv
@@ -21,9 +23,16 @@ TLS_KEYS = ("ca_file", "cert_file", "key_file", "server_name", "insecure_skip_ve
 
 
 def read(r: Reader, path: str, file: str | None, *, strip: bool = False) -> str | None:
+    """A file the config names, read now so a missing or unreadable one is a config error
+    (exit 2) before anything starts. Only a regular file (a Kubernetes secret's symlink to
+    one is): reading a FIFO or a device would block the load or never end."""
     if file is None:
         return None
     try:
+        if not stat.S_ISREG(mode := os.stat(file).st_mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a special file"
+            r.error(path, f"{file!r} is {kind}, not a regular file")
+            return None
         text = Path(file).read_text()
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
         r.error(path, f"cannot read {file!r}: {getattr(exc, 'strerror', None) or exc}")
@@ -46,8 +55,11 @@ def server_pair(r: Reader, path: str, cert_file: str, key_file: str) -> None:
     `validate-config` reports them and `run` stops before starting anything, not after."""
     readable = [read(r, f"{path}.{key}", file) is not None
                 for key, file in (("cert_file", cert_file), ("key_file", key_file))]
-    if not all(readable):
-        return
+    if all(readable):
+        _pair_loads(r, path, cert_file, key_file)
+
+
+def _pair_loads(r: Reader, path: str, cert_file: str, key_file: str) -> None:
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file)
     except (ssl.SSLError, OSError) as exc:
@@ -104,7 +116,7 @@ def tls_config(r: Reader, value: object, path: str) -> TlsClient | None:
     files = {key: r.get(t, key, path, cv.string, None) for key in TLS_KEYS[:3]}
     if (files["cert_file"] is None) != (files["key_file"] is None):
         r.error(path, "cert_file and key_file go together (a client certificate and its key)")
-    return TlsClient(
+    client = TlsClient(
         **files,
         server_name=r.get(t, "server_name", path, cv.string, None),
         insecure_skip_verify=r.get(t, "insecure_skip_verify", path, cv.boolean, False),
@@ -112,6 +124,16 @@ def tls_config(r: Reader, value: object, path: str) -> TlsClient | None:
         cert_pem=read(r, f"{path}.cert_file", files["cert_file"]),
         key_pem=read(r, f"{path}.key_file", files["key_file"]),
     )
+    # what a client would refuse at its first connection, said now (the PEMs are in hand)
+    if client.ca_pem is not None:
+        try:
+            ssl.create_default_context(cadata=client.ca_pem)
+        except (ssl.SSLError, ValueError) as exc:
+            r.error(f"{path}.ca_file", f"{client.ca_file!r} does not load as CA certificates: "
+                    f"{getattr(exc, 'reason', None) or exc}")
+    if client.cert_file and client.key_file and client.cert_pem and client.key_pem:
+        _pair_loads(r, path, client.cert_file, client.key_file)
+    return client
 
 
 def parse_secrets(text: str) -> tuple[bytes, ...]:

@@ -81,8 +81,17 @@ FINISHED_KEPT = 10
 _RETAINED = ("spark.ui.retainedJobs", "spark.ui.retainedStages", "spark.ui.retainedTasks",
              "spark.ui.retainedDeadExecutors")
 
+
+class SparkStartError(Exception):
+    """The context did not start: the JVM's own reason is on stderr above (a bad
+    `spark.conf` value, a master the launcher refuses, no Java), this says which master."""
+
+
 _lock = threading.Lock()
 _context: SparkContext | None = None
+# The background start's failure, raised by the next `get_context` instead of a second
+# launch that would print the JVM's same error again.
+_failed: SparkStartError | None = None
 
 
 def local_cores(master: str) -> int | None:
@@ -133,11 +142,15 @@ def session_conf(cfg: Spark) -> dict[str, str]:
     return conf
 
 
-def get_context(cfg: Spark) -> SparkContext:
+def get_context(cfg: Spark, *, background: bool = False) -> SparkContext:
     """The process's context, started on first use with `cfg`. Later calls return the
-    same context whatever their `cfg`: the first configuration wins until `stop()`."""
-    global _context
+    same context whatever their `cfg`: the first configuration wins until `stop()`.
+    Raises SparkStartError when it does not start."""
+    global _context, _failed
     with _lock:
+        if _failed is not None:
+            failed, _failed = _failed, None
+            raise failed
         if _context is None:
             conf = session_conf(cfg)
             if PYTHON_KEY in conf:
@@ -147,8 +160,13 @@ def get_context(cfg: Spark) -> SparkContext:
             # A local JVM starts from Spark Core's jars only (sparkhome.py); a cluster's
             # driver from PySpark's install, or the operator's.
             home = sparkhome.local_home() if local_cores(cfg.master) is not None else None
-            with keeping_sigint_handler(), sparkhome.launching_from(home):
-                _context = _started(conf)
+            try:
+                with keeping_sigint_handler(), sparkhome.launching_from(home):
+                    _context = _started(conf)
+            except SparkStartError as exc:
+                if background:
+                    _failed = exc
+                raise
             _context.setLogLevel(_context.getConf().get("spark.log.level") or "ERROR")
             _quiet_accumulator_server(_context)
             if local_cores(cfg.master) is None:
@@ -173,20 +191,25 @@ def _quiet_accumulator_server(context: SparkContext) -> None:
 
 
 def _started(conf: dict[str, str]) -> SparkContext:
-    """A context with `conf`; should its JVM not start from our class-data archive, the
-    archive is set aside and the JVM started without it; should it start without mapping
-    the archive, a warning says so (jvmarchive.py)."""
+    """A context with `conf`; should its JVM not start from our class-data archive but start
+    without it, the archive is set aside (one that fails either way, from a bad setting, is
+    not the archive's fault and stays); should it start without mapping the archive, a
+    warning says so (jvmarchive.py)."""
     archive = jvmarchive.archive_path()
     from_archive = jvmarchive.use_flags(archive) in conf.get("spark.driver.extraJavaOptions", "")
     try:
         started = _new_context(conf)
-    except Exception:
+    except Exception as first:
         if not from_archive:
-            raise
-        log.warning("the Spark JVM did not start from the class-data archive %s: starting "
-                    "without it, the archive set aside", archive)
+            raise _start_error(conf, first) from None
+        try:
+            started = _new_context({**conf, "spark.driver.extraJavaOptions": JVM_OPTIONS})
+        except Exception as second:
+            raise _start_error(conf, second) from None
+        log.warning("the Spark JVM did not start from the class-data archive %s but did "
+                    "without it: the archive set aside", archive)
         jvmarchive.set_aside(archive)
-        return _new_context({**conf, "spark.driver.extraJavaOptions": JVM_OPTIONS})
+        return started
     if from_archive:
         # pyspark's launch_gateway keeps its Popen; spark-submit execs the JVM in it
         process = getattr(started._gateway, "proc", None)
@@ -203,13 +226,22 @@ def _new_context(conf: dict[str, str]) -> SparkContext:
     return SparkContext(conf=SparkConf().setAll(list(conf.items())))
 
 
+def _start_error(conf: dict[str, str], exc: Exception) -> SparkStartError:
+    """One line for the operator: PySpark's own is a traceback ending in `JAVA_GATEWAY_EXITED`
+    while the reason is what the JVM printed just before."""
+    reason = " ".join(str(exc).split())[:300]
+    return SparkStartError(f"Spark did not start (master {conf.get('spark.master')!r}; the "
+                           f"JVM's reason, if it gave one, is above): {reason}")
+
+
 def start_in_background(cfg: Spark) -> None:
     """Start the context on a thread of its own, now: the JVM's start (seconds) then runs
     beside the process's own imports and set-up instead of after them. `get_context`
-    waits for it; if it fails, the next `get_context` tries again and raises."""
+    waits for it; if it fails, the next `get_context` raises its error (and the one after
+    tries again)."""
     def start() -> None:
         try:
-            get_context(cfg)
+            get_context(cfg, background=True)
         except Exception as exc:  # the caller's get_context raises it again, in context
             log.debug("the Spark context's start in the background failed: %s", exc)
 

@@ -73,9 +73,13 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         if not scheduler.stopping:
             # Spark's start (seconds) is no check: keep it out of the first check's
             # duration, so a restart does not look like a slow check to the alert rules.
-            from exporter.pipeline.session import get_context
+            from exporter.pipeline.session import SparkStartError, get_context
 
-            get_context(config.spark)
+            try:
+                get_context(config.spark)
+            except SparkStartError as exc:  # one line, not PySpark's traceback
+                log.error("%s", exc)
+                return 1
         scheduler.run()
     finally:
         exchange_stop.set()

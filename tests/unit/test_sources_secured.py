@@ -5,6 +5,7 @@ broker: a CA of our own, a server certificate for `broker.test` only, client cer
 from __future__ import annotations
 
 import base64
+import dataclasses
 import ssl
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -183,11 +184,23 @@ def test_config_errors_name_the_key(endpoint: dict, error: str):
     assert any(error in e for e in caught.value.errors), caught.value.errors
 
 
-def test_a_bad_client_key_is_a_tls_failure_not_a_crash(pki, broker, tmp_path: Path):
+def test_a_bad_client_key_is_a_config_error_and_past_it_a_tls_failure_not_a_crash(
+        pki, broker, tmp_path: Path):
     junk = tmp_path / "junk.pem"
     junk.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
-    health, _ = scrape(broker.url, tls_config=tls(pki, cert_file=str(pki["client"].cert),
-                                                  key_file=str(junk)),
-                       authorization={"credentials_file": str(pki["token"])})
+    endpoint = {"tls_config": tls(pki, cert_file=str(pki["client"].cert), key_file=str(junk)),
+                "authorization": {"credentials_file": str(pki["token"])}}
+    with pytest.raises(ConfigError) as caught:  # refused when the config loads
+        scrape(broker.url, **endpoint)
+    assert [e.split(": ")[1] for e in caught.value.errors] == ["sources.brokers[0].tls_config"]
+    # a config built past the load (a test, a library user): still no crash
+    good = {**endpoint, "tls_config": tls(pki, cert_file=str(pki["client"].cert),
+                                          key_file=str(pki["client"].key))}
+    sources = parse({"cluster": "c", "sources": {"brokers": [{"url": broker.url, **good}]}},
+                    "secured.yaml").sources.brokers
+    assert sources[0].tls is not None
+    sources = (dataclasses.replace(sources[0], tls=dataclasses.replace(
+        sources[0].tls, key_pem=junk.read_text())),)
+    health = BrokerScrape(sources, in_process(sources), clock=lambda: 0.0).run().health[0]
     assert not health.up and health.last_error is ScrapeError.TLS, health
     tls_context.cache_clear()
