@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_config(r)
     r.add_argument("--web.listen-address", dest="listen", metavar="HOST:PORT",
                    help="override exposition.listen")
+    r.add_argument("--web.max-requests", dest="max_requests", type=int, default=40,
+                   metavar="N", help="requests served at once, 503 beyond; 0: no limit "
+                   "(default 40; health probes are not counted)")
+    r.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics",
+                   metavar="PATH", help="the path of the metrics (default /metrics)")
     r.add_argument("--log.level", dest="log_level", default="info",
                    choices=logs.LEVELS)
     r.add_argument("--log.format", dest="log_format", default="logfmt", choices=logs.FORMATS,
@@ -109,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = adjust(_load_or_exit(args.config, args.expand_env))
         logs.setup(args.log_level, args.log_format)
         recorder = _recorder(args)  # a bad flag exits 2 before anything starts
+        limits = _limits(args)
         from exporter.server.http import ListenError, check_listen
 
         try:
@@ -117,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.runtime.serve import run
 
             return run(config, config_file=ConfigFile(args.config, config, adjust,
-                                                      expand=args.expand_env), recorder=recorder)
+                                                      expand=args.expand_env), recorder=recorder,
+                       limits=limits, metrics_path=args.telemetry_path)
         except ListenError as exc:  # a port in use: the environment's, not the config's
             logging.getLogger("exporter.cli").error("%s", exc)
             return 1
@@ -176,6 +183,19 @@ def _check(args: argparse.Namespace) -> int:
 def _flag_error(flag: str, message: str) -> SystemExit:
     print(f"pulsar-quota-exporter: {flag}: {message}", file=sys.stderr)
     return SystemExit(2)
+
+
+def _limits(args: argparse.Namespace):
+    from exporter.server.http import check_metrics_path
+    from exporter.server.limits import Limits
+
+    if args.max_requests < 0:
+        raise _flag_error("--web.max-requests", f"{args.max_requests}: expected 0 or more")
+    try:
+        check_metrics_path(args.telemetry_path)
+    except ValueError as e:
+        raise _flag_error("--web.telemetry-path", str(e)) from None
+    return Limits(max_requests=args.max_requests)
 
 
 def _recorder(args: argparse.Namespace):

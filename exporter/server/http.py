@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
+import html
 import json
 import logging
 import socket
@@ -22,20 +23,20 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Generic, TypeVar
 from urllib.parse import urlsplit
 
 from exporter import __version__
 from exporter.exposition.negotiation import accepts_gzip, prefers_openmetrics
 from exporter.exposition.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, openmetrics
+from exporter.server.limits import BoundedHandler, BoundedServer, Limits
 from exporter.server.webconfig import CHALLENGE, AuthOutcome, BasicAuth, TlsContext, WebConfig
 
 log = logging.getLogger(__name__)
 
 GZIP_LEVEL = 3  # ~3x faster than 6 on exposition text for ~12% more bytes (tests/bench)
 HANDSHAKE_TIMEOUT = 10.0
-IDLE_TIMEOUT = 30.0  # per socket operation; Prometheus reconnects transparently
 
 
 # --- published state -------------------------------------------------------------------------
@@ -68,8 +69,9 @@ class Publication:
     body: bytes
     body_gzip: bytes
     status: _Once[bytes]  # the status JSON, made on the cycle's first request
-    # the body as OpenMetrics, plain and gzipped: made on the cycle's first OpenMetrics
-    # scrape (most scrapers ask for one format only)
+    # the body as OpenMetrics, plain and gzipped: made with the publication, since
+    # Prometheus (2.x and 3.x) asks for it first; made on a scrape, the first of each cycle
+    # paid for it and the other scrapers of an HA pair waited (tests.bench.prometheus_pair)
     openmetrics: _Once[tuple[bytes, bytes]]
     degraded: tuple[str, ...]  # e.g. "source broker-1 down, serving data 240s old"
     published_at: float  # the state's monotonic clock
@@ -125,12 +127,13 @@ class PublishedState:
         on the cycle's first /api/v1/status request, if any. Called from the check loop
         only (one writer)."""
         self._cycles += 1
+        converted = self._openmetrics(body)
         publication = Publication(
             cycle=self._cycles,
             body=body,
             body_gzip=self._gzip(body),
             status=_Once(lambda: json.dumps(status(), sort_keys=True, default=str).encode()),
-            openmetrics=_Once(lambda: self._openmetrics(body)),
+            openmetrics=_Once(lambda: converted),
             degraded=tuple(degraded),
             published_at=self._clock(),
         )
@@ -163,12 +166,12 @@ class _Response:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-_INDEX = b"""<!doctype html>
+_INDEX = """<!doctype html>
 <html><head><meta charset="utf-8"><title>pulsar-quota-exporter</title></head>
 <body><h1>pulsar-quota-exporter</h1>
 <p>Prometheus exporter and quota engine for Apache Pulsar backlog quotas and resource groups.</p>
 <ul>
-<li><a href="metrics">/metrics</a> - metrics, rendered once per check cycle</li>
+<li><a href="{href}">{path}</a> - metrics, rendered once per check cycle</li>
 <li><a href="healthz">/healthz</a> - 200 while check cycles keep finishing</li>
 <li><a href="readyz">/readyz</a> - 200 once the first cycle is published</li>
 <li><a href="api/v1/status">/api/v1/status</a> - last cycle, stages, sources, decisions</li>
@@ -187,10 +190,21 @@ def _metrics(current: Publication, accept: str | None,
     return _Response(200, body, kind, (("Vary", "Accept, Accept-Encoding"),))
 
 
+_ROUTES = ("/", "/healthz", "/readyz", "/api/v1/status")
+
+
+def check_metrics_path(path: str) -> None:
+    """ValueError unless `path` can serve the metrics (--web.telemetry-path): absolute,
+    and not another route's."""
+    if not path.startswith("/") or path in _ROUTES or "?" in path or "#" in path:
+        raise ValueError(f"{path!r}: expected an absolute path other than "
+                         f"{', '.join(_ROUTES)}, e.g. /metrics")
+
+
 def _route(state: PublishedState, path: str, accept_encoding: str | None,
-           accept: str | None = None) -> _Response:
+           accept: str | None = None, metrics_path: str = "/metrics") -> _Response:
     current = state.current
-    if path == "/metrics":
+    if path == metrics_path:
         if current is None:
             return _Response(503, b"no check cycle published yet\n")
         return _metrics(current, accept, accept_encoding)
@@ -210,15 +224,17 @@ def _route(state: PublishedState, path: str, accept_encoding: str | None,
             return _Response(503, body.encode(), "application/json")
         return _Response(200, current.status_json, "application/json")
     if path == "/":
-        return _Response(200, _INDEX, "text/html; charset=utf-8")
+        index = _INDEX.format(href=html.escape(metrics_path[1:]), path=html.escape(metrics_path))
+        return _Response(200, index.encode(), "text/html; charset=utf-8")
     return _Response(404, b"404 page not found\n")
 
 
-def _handler_class(state: PublishedState, auth: BasicAuth | None) -> type:
-    class Handler(BaseHTTPRequestHandler):
+def _handler_class(state: PublishedState, auth: BasicAuth | None,
+                   metrics_path: str = "/metrics") -> type:
+    class Handler(BoundedHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses connections
         server_version = f"pulsar-quota-exporter/{__version__}"
-        timeout = IDLE_TIMEOUT
+        ungated = frozenset({"/healthz", "/readyz"})
 
         def do_GET(self) -> None:
             self._serve(head=False)
@@ -243,7 +259,7 @@ def _handler_class(state: PublishedState, auth: BasicAuth | None) -> type:
                     return
             path = urlsplit(self.path).path
             self._send(_route(state, path, self.headers.get("Accept-Encoding"),
-                              self.headers.get("Accept")), head=head)
+                              self.headers.get("Accept"), metrics_path), head=head)
 
         def _send(self, response: _Response, *, head: bool) -> None:
             try:
@@ -292,12 +308,14 @@ def listened(host: str, port: int) -> bool:
     return False
 
 
-class _HTTPServer(ThreadingHTTPServer):
+class _HTTPServer(BoundedServer, ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], handler: type, tls: TlsContext | None):
+    def __init__(self, address: tuple[str, int], handler: type, tls: TlsContext | None,
+                 limits: Limits):
         self._tls = tls
+        self.bound(limits)
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         host, port = address
@@ -332,6 +350,7 @@ class _HTTPServer(ThreadingHTTPServer):
             except (ssl.SSLError, OSError) as e:
                 log.debug("TLS handshake with %s failed: %s", client_address[0], e)
                 return
+            self.connections.rekey(request, conn)
         with self._connections_lock:
             self._connections.add(conn)
         try:
@@ -421,11 +440,15 @@ def check_listen(listen: str) -> None:
         raise ListenError(listen, "in use")
 
 
-def build_server(listen: str, state: PublishedState, web: WebConfig | None = None) -> Server:
+def build_server(listen: str, state: PublishedState, web: WebConfig | None = None,
+                 limits: Limits | None = None, metrics_path: str = "/metrics") -> Server:
     """Bind (so a busy port fails now, not later) and return the unstarted server."""
     web = web or WebConfig()
+    check_metrics_path(metrics_path)
     try:
-        httpd = _HTTPServer(parse_listen(listen), _handler_class(state, web.auth), web.tls)
+        httpd = _HTTPServer(parse_listen(listen),
+                            _handler_class(state, web.auth, metrics_path), web.tls,
+                            limits or Limits())
     except OSError as exc:
         raise ListenError(listen, exc.strerror or str(exc)) from None
     return Server(httpd, tls=web.tls is not None)
