@@ -91,6 +91,18 @@ def _owner(servers: list[ScriptedAdmin], host: str) -> ScriptedAdmin:
     return owner
 
 
+def _redirecting(servers: list[ScriptedAdmin], owner: ScriptedAdmin) -> ScriptedAdmin:
+    """An admin URL on 127.0.0.1 answering both calls with a 307 to `owner`, as a broker
+    that does not own the topic answers."""
+    admin = _server(servers, "127.0.0.1")
+    admin.routes[f"GET {STATS}"] = (307, owner.url + STATS)
+    admin.routes[f"POST {SKIP}"] = (307, owner.url + SKIP)
+    return admin
+
+
+OWNER_SAW = [("GET", STATS, "Bearer the-token"), ("POST", SKIP, "Bearer the-token")]
+
+
 def _evict(admin: ScriptedAdmin, token: Path) -> object:
     (result,) = AdminEvictor(AdminSource(admin.url, token_file=str(token))).perform(
         [EvictionOrder(TOPIC, "s", "size", messages=2)])
@@ -107,12 +119,9 @@ def token(tmp_path: Path) -> Path:
 def test_a_307_to_another_port_of_the_admin_host_carries_the_token(servers, token) -> None:
     """As Pulsar's brokers on one host answer for each other's topics."""
     owner = _owner(servers, "127.0.0.1")
-    admin = _server(servers, "127.0.0.1")
-    admin.routes[f"GET {STATS}"] = (307, owner.url + STATS)
-    admin.routes[f"POST {SKIP}"] = (307, owner.url + SKIP)
+    admin = _redirecting(servers, owner)
     assert isinstance(_evict(admin, token), Performed)
-    assert owner.requests == [("GET", STATS, "Bearer the-token"),
-                              ("POST", SKIP, "Bearer the-token")]
+    assert owner.requests == OWNER_SAW
 
 
 def test_a_307_to_a_foreign_host_is_refused_before_it_is_reached(servers, token) -> None:
@@ -131,23 +140,18 @@ def test_a_307_to_a_broker_the_cluster_lists_carries_the_token(servers, token) -
     """The owner on another host is trusted because the admin URL's own broker lists it
     among the cluster's active brokers (`host:webServicePort`, as Pulsar names them)."""
     owner = _owner(servers, "127.0.0.2")
-    admin = _server(servers, "127.0.0.1")
-    admin.routes[f"GET {STATS}"] = (307, owner.url + STATS)
-    admin.routes[f"POST {SKIP}"] = (307, owner.url + SKIP)
+    admin = _redirecting(servers, owner)
     admin.routes["GET /admin/v2/clusters"] = (200, ["other", "here"])
     admin.routes["GET /admin/v2/brokers/other"] = (307, "http://elsewhere:8080/x")
     admin.routes["GET /admin/v2/brokers/here"] = (200, [owner.url.removeprefix("http://")])
     assert isinstance(_evict(admin, token), Performed)
-    assert owner.requests == [("GET", STATS, "Bearer the-token"),
-                              ("POST", SKIP, "Bearer the-token")]
+    assert owner.requests == OWNER_SAW
 
 
 def test_a_307_to_a_host_of_sources_brokers_carries_the_token(servers, token) -> None:
     """The operator named that host: no broker listing (a superuser's call) is needed."""
     owner = _owner(servers, "127.0.0.2")
-    admin = _server(servers, "127.0.0.1")
-    admin.routes[f"GET {STATS}"] = (307, owner.url + STATS)
-    admin.routes[f"POST {SKIP}"] = (307, owner.url + SKIP)
+    admin = _redirecting(servers, owner)
     source = AdminSource(admin.url, token_file=str(token), broker_hosts=("127.0.0.2",))
     (result,) = AdminEvictor(source).perform([EvictionOrder(TOPIC, "s", "size", messages=2)])
     assert isinstance(result, Performed), result
