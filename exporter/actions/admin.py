@@ -6,7 +6,7 @@ connected or not.
 
 The cycle's figures are seconds old, and a plain-HTTP /metrics body can be spoofed: `n` is
 made again from those stats (`fresh_cut`), never more than the broker's own eviction would
-skip now, and an order the stats no longer bear out (within the target, no backlog, nothing
+skip now, and an order the stats no longer bear out (within the limit, no backlog, nothing
 before the cut-off) is refused as `stale_size` / `stale_time`. A time order cannot take more
 than its quota allows: it expires by publish time, which no stale figure moves.
 
@@ -94,7 +94,8 @@ def fresh_cut(order: EvictionOrder, backlog: int, backlog_bytes: float | None) -
     more than the cycle decided, than the backlog holds, or than the broker's own eviction
     would skip now (`BacklogQuotaManager.dropBacklogForSizeLimit`: `(int)((backlogSize −
     target) / backlogSize × entriesInBacklog)`, in doubles as Java computes it); a reason
-    instead when that is nothing."""
+    instead when that is nothing, or when the backlog is within the limit now (the broker
+    evicts only a topic over its quota)."""
     assert order.messages is not None
     if backlog <= 0:
         return "no backlog now"
@@ -102,9 +103,14 @@ def fresh_cut(order: EvictionOrder, backlog: int, backlog_bytes: float | None) -
     target = order.target_bytes
     if target is None or backlog_bytes is None:
         return count
+    limit = order.limit_bytes
+    if limit is not None and backlog_bytes <= limit:
+        return (f"the backlog is {backlog_bytes:.0f} bytes now, within the limit "
+                f"{limit:.0f}: the broker would not evict (the cycle ordered "
+                f"{order.messages} skipped)")
     if backlog_bytes <= target:
         return (f"the backlog is {backlog_bytes:.0f} bytes now, within the target "
-                f"{target:.0f} (0.9 × the limit)")
+                f"{target:.0f} (0.9 × the limit; the cycle ordered {order.messages} skipped)")
     broker = int((backlog_bytes - target) / backlog_bytes * backlog)
     if broker <= 0:
         return f"the broker would skip nothing now ({backlog} messages, {backlog_bytes:.0f} B)"

@@ -87,6 +87,9 @@ class EvictionOrder:
     # BacklogQuotaManager's reductionFactor), so that the cut can be made again from the
     # broker's stats at the moment of the cut (actions/admin.py). None: `messages` at most.
     target_bytes: float | None = None
+    # Size orders: the limit itself; a backlog within it now is not evicted (the broker
+    # evicts only a topic over its quota)
+    limit_bytes: float | None = None
 
     def __post_init__(self) -> None:
         parts = self.topic.removeprefix("persistent://").split("/", 2)

@@ -72,11 +72,11 @@ def orders_for(decisions: Decisions, consumers: Consumers | None = None) -> list
     seen = consumers or {}
     orders = []
     for d in decisions.topics.over():  # only a topic over a quota has a plan
-        target = (None if d.quota.limit_size is None
-                  else float(EVICTION_TARGET) * d.quota.limit_size)  # Java's double product
+        limit = None if d.quota.limit_size is None else float(d.quota.limit_size)
+        target = None if limit is None else float(EVICTION_TARGET) * limit  # Java's product
         orders += [EvictionOrder(d.topic, s.subscription, "size", messages=s.skip_messages,
                                  consumers=seen.get((d.topic, s.subscription)),
-                                 target_bytes=target)
+                                 target_bytes=target, limit_bytes=limit)
                    for s in d.plan.size if s.skip_messages > 0]
         orders += [EvictionOrder(d.topic, t.subscription, "time", before_publish_time=t.cutoff,
                                  consumers=seen.get((d.topic, t.subscription)))

@@ -88,13 +88,17 @@ def fetch_seconds(target: str, tries: int = 5) -> float:
     read it whole, without parsing it: the server's share of a scrape."""
     took = []
     for _ in range(tries):
-        conn = http.client.HTTPConnection(*target.rsplit(":", 1), timeout=30)
+        conn = http.client.HTTPConnection(*target.rsplit(":", 1), timeout=60)
         t0 = time.perf_counter()
-        conn.request("GET", "/metrics", headers={"Accept": PROMETHEUS_ACCEPT,
-                                                  "Accept-Encoding": "gzip"})
-        conn.getresponse().read()
+        try:
+            conn.request("GET", "/metrics", headers={"Accept": PROMETHEUS_ACCEPT,
+                                                      "Accept-Encoding": "gzip"})
+            conn.getresponse().read()
+        except TimeoutError:
+            return float("inf")  # a server still busy with the pair's scrapes
+        finally:
+            conn.close()
         took.append(time.perf_counter() - t0)
-        conn.close()
     return statistics.median(took)
 
 

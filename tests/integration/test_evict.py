@@ -394,8 +394,10 @@ def test_admin_ignores_proxies_from_the_environment(recorder: AdminRecorder,
 # --- the size cut made again from the broker's stats (actions/admin.py fresh_cut) ---------------
 
 
-def _size(messages: int, target: float | None = None) -> EvictionOrder:
-    return EvictionOrder(TOPIC, "s", "size", messages=messages, target_bytes=target)
+def _size(messages: int, target: float | None = None,
+          limit: float | None = None) -> EvictionOrder:
+    return EvictionOrder(TOPIC, "s", "size", messages=messages, target_bytes=target,
+                         limit_bytes=limit)
 
 
 @pytest.mark.parametrize(("order", "backlog", "size", "expected"), [
@@ -403,9 +405,11 @@ def _size(messages: int, target: float | None = None) -> EvictionOrder:
     (_size(80), 60, 12_000.0, 60),
     # BacklogQuotaManager: (int)((12000 − 4590) / 12000 × 60) = (int)37.05 = 37, though
     # the cycle (ceil, to reach the target) said 38: never more than the broker would
-    (_size(38, 4590.0), 60, 12_000.0, 37),
+    (_size(38, 4590.0, 5100.0), 60, 12_000.0, 37),
     # a consumer caught up since the cycle: 40 left, (int)((8000 − 4590) / 8000 × 40) = 17
-    (_size(38, 4590.0), 40, 8_000.0, 17),
+    (_size(38, 4590.0, 5100.0), 40, 8_000.0, 17),
+    # within the limit now, though over the target: the broker would not evict at all
+    (_size(38, 4590.0, 5100.0), 24, 4_900.0, "within the limit"),
     (_size(38, 4590.0), 20, 4_000.0, "within the target"),  # under the target now
     (_size(38, 4590.0), 0, 0.0, "no backlog"),
     (_size(38, 4590.0), 1, 4_600.0, "would skip nothing"),  # (int)(0.002 × 1) = 0
