@@ -21,6 +21,12 @@ def _add_expand(p: argparse.ArgumentParser) -> None:
                    help="replace ${VAR} and ${VAR:-default} in the file from the environment")
 
 
+def _add_web_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--web.config.file", dest="web_config", metavar="FILE",
+                   help="Prometheus exporter-toolkit web config (TLS, client certificates, "
+                   "basic auth, headers, rate limit); re-read when it changes")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pulsar-quota-exporter", description=__doc__)
     p.add_argument("--version", action="version", version=__version__)
@@ -29,11 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate-config", help="validate a config file; exit 2 on errors")
     v.add_argument("file", metavar="FILE")
     _add_expand(v)
+    _add_web_config(v)
 
     r = sub.add_parser("run", help="run the exporter: check every interval, serve /metrics")
     _add_config(r)
     r.add_argument("--web.listen-address", dest="listen", metavar="HOST:PORT",
                    help="override exposition.listen")
+    _add_web_config(r)
     r.add_argument("--web.max-requests", dest="max_requests", type=int, default=40,
                    metavar="N", help="requests served at once, 503 beyond; 0: no limit "
                    "(default 40; health probes are not counted)")
@@ -91,12 +99,31 @@ def _load_or_exit(path: str, expand: bool = False):
         raise SystemExit(2) from None
 
 
+def _web_or_exit(path: str | None, config_file: str, config):
+    """The --web.config.file's source, None without one; its errors exit 2, as a config's."""
+    if path is None:
+        return None
+    from exporter.server.toolkit import WebConfigFile, conflicts
+    from exporter.server.webconfig import WebConfigError
+
+    errors = conflicts(path, config_file, config.exposition)
+    try:
+        web = WebConfigFile(path)
+    except WebConfigError as e:
+        errors += e.errors
+    for line in errors:
+        print(line, file=sys.stderr)
+    if errors:
+        raise SystemExit(2)
+    return web
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     unneeded.refuse()
     args = _parser().parse_args(argv)
     _terminate_like_interrupt()
     if args.command == "validate-config":
-        _load_or_exit(args.file, args.expand_env)
+        _web_or_exit(args.web_config, args.file, _load_or_exit(args.file, args.expand_env))
         print("OK")
         return 0
     if args.command == "run":
@@ -112,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config, exposition=dataclasses.replace(config.exposition, listen=args.listen))
 
         config = adjust(_load_or_exit(args.config, args.expand_env))
+        web = _web_or_exit(args.web_config, args.config, config)
         logs.setup(args.log_level, args.log_format)
         recorder = _recorder(args)  # a bad flag exits 2 before anything starts
         limits = _limits(args)
@@ -124,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run(config, config_file=ConfigFile(args.config, config, adjust,
                                                       expand=args.expand_env), recorder=recorder,
-                       limits=limits, metrics_path=args.telemetry_path)
+                       limits=limits, metrics_path=args.telemetry_path, web=web)
         except ListenError as exc:  # a port in use: the environment's, not the config's
             logging.getLogger("exporter.cli").error("%s", exc)
             return 1

@@ -15,6 +15,7 @@ from exporter.runtime.assembly import CycleRecorder, assemble
 from exporter.runtime.cycle import Exporter
 from exporter.server.http import build_server
 from exporter.server.limits import Limits
+from exporter.server.webconfig import WebSource
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,18 @@ def _exchange_rounds(exporter: Exporter, stop: threading.Event) -> threading.Thr
 def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         stop: threading.Event | None = None, config_file: ConfigFile | None = None,
         recorder: CycleRecorder | None = None, limits: Limits | None = None,
-        metrics_path: str = "/metrics") -> int:
+        metrics_path: str = "/metrics", web: WebSource | None = None) -> int:
     """Serve until SIGTERM/SIGINT (or `stop` is set); reload `config_file` on SIGHUP or
-    when it changes. Returns the exit status."""
+    when it changes. `web`: the --web.config.file's, else exposition.tls and basic_auth.
+    Returns the exit status."""
     from exporter.runtime.scheduler import Scheduler
     from exporter.server.webconfig import load_web_config
 
     parts = assemble(config, participate=True, recorder=recorder)
     exporter = Exporter(config, parts, config_file=config_file)
     server = build_server(config.exposition.listen, exporter.state,
-                          load_web_config(config.exposition), limits, metrics_path).start()
+                          web or load_web_config(config.exposition), limits,
+                          metrics_path).start()
     scheduler = Scheduler(config.check_interval,
                           jvmarchive.after_first(exporter.cycle, config.spark.master),
                           exporter.skipped)

@@ -31,7 +31,7 @@ from exporter import __version__
 from exporter.exposition.negotiation import accepts_gzip, prefers_openmetrics
 from exporter.exposition.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, openmetrics
 from exporter.server.limits import BoundedHandler, BoundedServer, Limits
-from exporter.server.webconfig import CHALLENGE, AuthOutcome, BasicAuth, TlsContext, WebConfig
+from exporter.server.webconfig import CHALLENGE, AuthOutcome, WebConfig, WebSource
 
 log = logging.getLogger(__name__)
 
@@ -229,12 +229,13 @@ def _route(state: PublishedState, path: str, accept_encoding: str | None,
     return _Response(404, b"404 page not found\n")
 
 
-def _handler_class(state: PublishedState, auth: BasicAuth | None,
+def _handler_class(state: PublishedState, web: WebSource,
                    metrics_path: str = "/metrics") -> type:
     class Handler(BoundedHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses connections
         server_version = f"pulsar-quota-exporter/{__version__}"
         ungated = frozenset({"/healthz", "/readyz"})
+        _web = WebConfig()  # the web config of the request being served
 
         def do_GET(self) -> None:
             self._serve(head=False)
@@ -244,20 +245,26 @@ def _handler_class(state: PublishedState, auth: BasicAuth | None,
 
         def _not_allowed(self) -> None:
             self.close_connection = True  # we did not read a request body
+            self._web = web.current()
             self._send(_Response(405, b"method not allowed\n", headers=(("Allow", "GET, HEAD"),)),
                        head=False)
 
         do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
         def _serve(self, *, head: bool) -> None:
-            if auth is not None:
-                outcome = auth.check(self.headers.get("Authorization"))
+            config = self._web = web.current()
+            path = urlsplit(self.path).path
+            if config.limiter is not None and path not in self.ungated \
+                    and not config.limiter.allow():  # probes exempt, as from max-requests
+                self._send(_Response(429, b"Too Many Requests\n"), head=head)
+                return
+            if config.auth is not None:
+                outcome = config.auth.check(self.headers.get("Authorization"))
                 if outcome is not AuthOutcome.OK:
                     log.debug("auth %s from %s", outcome.value, self.client_address[0])
                     self._send(_Response(401, b"Unauthorized\n",
                                          headers=(("WWW-Authenticate", CHALLENGE),)), head=head)
                     return
-            path = urlsplit(self.path).path
             self._send(_route(state, path, self.headers.get("Accept-Encoding"),
                               self.headers.get("Accept"), metrics_path), head=head)
 
@@ -266,7 +273,7 @@ def _handler_class(state: PublishedState, auth: BasicAuth | None,
                 self.send_response(response.status)
                 self.send_header("Content-Type", response.content_type)
                 self.send_header("Content-Length", str(len(response.body)))
-                for name, value in response.headers:
+                for name, value in response.headers + self._web.headers:
                     self.send_header(name, value)
                 self.end_headers()
                 if not head:
@@ -312,9 +319,9 @@ class _HTTPServer(BoundedServer, ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address: tuple[str, int], handler: type, tls: TlsContext | None,
+    def __init__(self, address: tuple[str, int], handler: type, web: WebSource,
                  limits: Limits):
-        self._tls = tls
+        self._web = web
         self.bound(limits)
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
@@ -343,14 +350,19 @@ class _HTTPServer(BoundedServer, ThreadingHTTPServer):
         """Runs in the connection's own thread, so a slow TLS handshake blocks nobody."""
         assert isinstance(request, socket.socket)  # a TCP server's: never a datagram's
         conn = request
-        if self._tls is not None:
+        tls = self._web.current().tls
+        if tls is not None:
             request.settimeout(HANDSHAKE_TIMEOUT)
             try:
-                conn = self._tls.context().wrap_socket(request, server_side=True)
+                conn = tls.context().wrap_socket(request, server_side=True)
             except (ssl.SSLError, OSError) as e:
                 log.debug("TLS handshake with %s failed: %s", client_address[0], e)
                 return
             self.connections.rekey(request, conn)
+            if not tls.admits(conn):
+                log.debug("client certificate of %s has no allowed SAN", client_address[0])
+                conn.close()
+                return
         with self._connections_lock:
             self._connections.add(conn)
         try:
@@ -440,15 +452,15 @@ def check_listen(listen: str) -> None:
         raise ListenError(listen, "in use")
 
 
-def build_server(listen: str, state: PublishedState, web: WebConfig | None = None,
+def build_server(listen: str, state: PublishedState, web: WebSource | None = None,
                  limits: Limits | None = None, metrics_path: str = "/metrics") -> Server:
     """Bind (so a busy port fails now, not later) and return the unstarted server."""
     web = web or WebConfig()
     check_metrics_path(metrics_path)
     try:
         httpd = _HTTPServer(parse_listen(listen),
-                            _handler_class(state, web.auth, metrics_path), web.tls,
+                            _handler_class(state, web, metrics_path), web,
                             limits or Limits())
     except OSError as exc:
         raise ListenError(listen, exc.strerror or str(exc)) from None
-    return Server(httpd, tls=web.tls is not None)
+    return Server(httpd, tls=web.current().tls is not None)

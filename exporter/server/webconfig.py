@@ -1,7 +1,9 @@
 """TLS and basic auth for the HTTP server, in the manner of Prometheus' web config
 (exporter-toolkit): TLS ≥ 1.2 from PEM files that are re-read when they change (cert-manager
-rotates them in place), and basic auth against bcrypt hashes with successful checks cached,
-so a scrape every few seconds does not pay ~70 ms of bcrypt each time.
+rotates them in place), client certificates verified against a CA and matched against allowed
+SANs, and basic auth against bcrypt hashes with successful checks cached, so a scrape every
+few seconds does not pay bcrypt each time. Extra response headers and a token-bucket rate
+limit come from the toolkit's file (server/toolkit.py), which builds the same `WebConfig`.
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import secrets
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 import bcrypt
 
@@ -115,32 +120,88 @@ def _parse_basic(header: str | None) -> tuple[str, str] | AuthOutcome:
 
 
 # --- TLS ---------------------------------------------------------------------------------
-def _server_context(tls: Tls) -> ssl.SSLContext:
+@dataclass(frozen=True)
+class TlsSettings:
+    """The server's TLS: `exposition.tls` gives the pair only, the toolkit file the rest."""
+
+    cert_file: str
+    key_file: str
+    verify: ssl.VerifyMode = ssl.CERT_NONE  # CERT_OPTIONAL / CERT_REQUIRED: client certs
+    client_ca_file: str | None = None
+    client_ca: str | None = None  # inline PEM (the toolkit's `client_ca`)
+    allowed_sans: frozenset[str] | None = None  # None: any verified client
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
+    ciphers: str | None = None  # OpenSSL names for TLS ≤ 1.2; None: OpenSSL's defaults
+    prefer_server_ciphers: bool = True
+    curve: str | None = None  # OpenSSL name of the ECDHE curve
+
+    @classmethod
+    def of(cls, tls: Tls) -> TlsSettings:
+        return cls(tls.cert_file, tls.key_file)
+
+
+def _server_context(tls: TlsSettings) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.minimum_version = tls.min_version
+    ctx.maximum_version = tls.max_version
+    if tls.ciphers:
+        ctx.set_ciphers(tls.ciphers)
+    if tls.prefer_server_ciphers:
+        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    else:
+        ctx.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
+    if tls.curve:
+        ctx.set_ecdh_curve(tls.curve)
     ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    if tls.verify is not ssl.CERT_NONE:
+        if tls.client_ca_file or tls.client_ca:
+            ctx.load_verify_locations(cafile=tls.client_ca_file, cadata=tls.client_ca)
+        else:  # as Go's crypto/tls with no ClientCAs: the system's roots
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        ctx.verify_mode = tls.verify
     return ctx
 
 
+def _san_values(conn: ssl.SSLSocket) -> set[str]:
+    """The SANs of the verified peer certificate (`getpeercert()`), IPs normalised."""
+    cert = conn.getpeercert() or {}
+    sans: tuple[tuple[str, str], ...] = cert.get("subjectAltName", ())  # type: ignore[assignment]
+    return {_normal_ip(value) if kind == "IP Address" else value for kind, value in sans}
+
+
+def _normal_ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        return value
+
+
 class TlsContext:
-    """The server's SSLContext, rebuilt when the certificate or key file changes.
+    """The server's SSLContext, rebuilt when the certificate, key or client CA file changes.
 
     A failed rebuild (e.g. the key written but not yet the certificate) keeps the previous
     context and is retried on the next connection.
     """
 
-    def __init__(self, tls: Tls) -> None:
-        self._tls = tls
+    def __init__(self, tls: Tls | TlsSettings) -> None:
+        self._tls = tls if isinstance(tls, TlsSettings) else TlsSettings.of(tls)
+        self._allowed = (None if self._tls.allowed_sans is None
+                         else {_normal_ip(s) for s in self._tls.allowed_sans})
         self._lock = threading.Lock()
         self._stamp = self._fingerprint()
-        self._context = _server_context(tls)
+        self._context = _server_context(self._tls)
+
+    @property
+    def settings(self) -> TlsSettings:
+        return self._tls
 
     def _fingerprint(self) -> tuple[tuple[int, int, int] | None, ...]:
         stamp: list[tuple[int, int, int] | None] = []
-        for path in (self._tls.cert_file, self._tls.key_file):
+        for path in (self._tls.cert_file, self._tls.key_file, self._tls.client_ca_file):
             try:
-                st = os.stat(path)
-                stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+                st = os.stat(path) if path else None
+                stamp.append(None if st is None else (st.st_mtime_ns, st.st_size, st.st_ino))
             except OSError:
                 stamp.append(None)
         return tuple(stamp)
@@ -159,12 +220,65 @@ class TlsContext:
                     log.warning("TLS reload failed, keeping the previous certificate: %s", e)
             return self._context
 
+    def admits(self, conn: ssl.SSLSocket) -> bool:
+        """Whether the verified client certificate names an allowed SAN (exact match, as
+        the toolkit's `client_allowed_sans`: DNS, IP, e-mail or URI); True when none are
+        configured. Python's ssl has no verify callback, so this runs after the handshake."""
+        if self._allowed is None:
+            return True
+        return not self._allowed.isdisjoint(_san_values(conn))
+
+
+# --- rate limit ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RateLimit:
+    """The toolkit's `rate_limit`: one request per `interval` seconds, bursts of `burst`."""
+
+    interval: float
+    burst: int
+
+
+class TokenBucket:
+    """golang.org/x/time/rate's Limiter as the toolkit uses it (`Allow`): `burst` tokens,
+    one more every `interval`; a request without a token gets 429."""
+
+    def __init__(self, limit: RateLimit, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self._clock = clock
+        self._tokens = float(limit.burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def allow(self) -> bool:
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.limit.burst),
+                               self._tokens + (now - self._at) / self.limit.interval)
+            self._at = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return True
+            return False
+
 
 # --- the whole thing --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WebConfig:
     tls: TlsContext | None = None
     auth: BasicAuth | None = None
+    headers: tuple[tuple[str, str], ...] = ()  # added to every response
+    limiter: TokenBucket | None = None
+
+    def current(self) -> WebConfig:
+        """A fixed config is its own `WebSource`."""
+        return self
+
+
+class WebSource(Protocol):
+    """What the server asks, per connection and per request: the web config now (a fixed
+    one, or the toolkit file's latest good version)."""
+
+    def current(self) -> WebConfig: ...
 
 
 def load_web_config(exposition: Exposition) -> WebConfig:

@@ -172,10 +172,12 @@ class PromQLError(RuntimeError):
 
 class Prometheus:
     """Scrapes `targets` (job → host:port list) every second, evaluates `rule_files` every
-    second and sends alerts to `alertmanager` with a 1 s resend delay."""
+    second and sends alerts to `alertmanager` with a 1 s resend delay. `scrape_options`:
+    keys added to a job's scrape config (scheme, tls_config, basic_auth)."""
 
     def __init__(self, workdir: Path, *, targets: Mapping[str, Sequence[str]],
-                 rule_files: Sequence[Path], alertmanager: str) -> None:
+                 rule_files: Sequence[Path], alertmanager: str,
+                 scrape_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.binary = require_binary("prometheus")
         self.workdir = workdir
         self.port = free_port()
@@ -186,7 +188,8 @@ class Prometheus:
                        "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
-            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(hosts)}]}
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(hosts)}],
+                                **(scrape_options or {}).get(job, {})}
                                for job, hosts in targets.items()],
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -65,10 +65,32 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toYaml ((index $config "exposition") | default dict) }}
 {{- end }}
 
-{{/* "HTTPS" when the exporter serves TLS (config.exposition.tls), else "HTTP". */}}
+{{/* "HTTPS" when the exporter serves TLS (config.exposition.tls, the web config file's
+tls_server_config, or webConfig.tls for an existing Secret), else "HTTP". */}}
 {{- define "pqe.scheme" -}}
 {{- $exposition := include "pqe.exposition" . | fromYaml }}
-{{- if index $exposition "tls" }}HTTPS{{ else }}HTTP{{ end }}
+{{- $web := include "pqe.webConfig" . | fromYaml }}
+{{- $webTls := (index $web "tls_server_config") | default dict }}
+{{- if or (index $exposition "tls") (index $webTls "cert_file") .Values.webConfig.tls }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
+{{/* The mapping at webConfig.config (the exporter-toolkit web config file), or an empty one. */}}
+{{- define "pqe.webConfig" -}}
+{{- toYaml (.Values.webConfig.config | default dict) }}
+{{- end }}
+
+{{/* "true" when a web config file is given (inline or as an existing Secret), else "". */}}
+{{- define "pqe.webConfigOn" -}}
+{{- if or .Values.webConfig.existingSecret .Values.webConfig.config }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the endpoints may demand credentials a kubelet probe does not have: basic
+auth or a required client certificate (an existing Secret's content is unknown: assumed). */}}
+{{- define "pqe.probeByTcp" -}}
+{{- $exposition := include "pqe.exposition" . | fromYaml }}
+{{- $web := include "pqe.webConfig" . | fromYaml }}
+{{- $webTls := (index $web "tls_server_config") | default dict }}
+{{- if or (index $exposition "basic_auth") .Values.webConfig.existingSecret (index $web "basic_auth_users") (eq (toString (index $webTls "client_auth_type")) "RequireAndVerifyClientCert") }}true{{ end }}
 {{- end }}
 
 {{/*
