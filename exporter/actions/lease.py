@@ -16,6 +16,9 @@ pulsar-lite admits any number of exclusive producers (measured, 0.2). The lease 
 broker when it acquires (a second exclusive producer of our own must be refused) and, on a
 broker that does not refuse it, reports `unfenced` and enforces: run one enforcing
 instance there.
+
+The usage exchange elects the one replica that reports a participant's usage with the same
+lease on a lock topic of its own (runtime/exchange.py).
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ class EnforcerLease:
     """The lease on `topic` for this instance (`holder` names it in the claims it sends)."""
 
     def __init__(self, service_url: str, topic: str, holder: str, *, timeout: float = 5.0,
-                 client_options: dict[str, Any] | None = None):
+                 client_options: dict[str, Any] | None = None,
+                 what: str = "the enforcer lease", does: str = "evicts"):
         self.topic, self.holder = topic, holder
+        self._what, self._does = what, does  # for the log: the usage reporter's lease too
         self._url, self._timeout = service_url, timeout
         self._options = dict(client_options or {})
         self._client: pulsar.Client | None = None
@@ -80,7 +85,7 @@ class EnforcerLease:
             self._producer.send(self._claim)
             return True
         except pulsar.PulsarException as exc:
-            log.warning("lost the enforcer lease on %s: %s: %s", self.topic,
+            log.warning("lost %s on %s: %s: %s", self._what, self.topic,
                         type(exc).__name__, exc)
             self.lost += 1
             self._drop_producer()
@@ -113,15 +118,15 @@ class EnforcerLease:
         try:
             self._producer = self._exclusive()
         except (pulsar.ProducerFenced, pulsar.ProducerBusy):
-            self._say(logging.INFO, "standing by: another instance holds the enforcer lease "
-                      "on %s", self.topic)
+            self._say(logging.INFO, "standing by: another instance holds %s on %s",
+                      self._what, self.topic)
             return
         except pulsar.AuthorizationError:
-            self._say(logging.WARNING, "standing by: this role may not hold the enforcer lease "
-                      "on %s (it needs produce on that namespace)", self.topic)
+            self._say(logging.WARNING, "standing by: this role may not hold %s on %s (it "
+                      "needs produce on that namespace)", self._what, self.topic)
             return
         except (ValueError, pulsar.PulsarException) as exc:
-            log.warning("cannot reach the enforcer lease on %s: %s: %s", self.topic,
+            log.warning("cannot reach %s on %s: %s: %s", self._what, self.topic,
                         type(exc).__name__, exc)
             self._said = None
             return
@@ -132,11 +137,11 @@ class EnforcerLease:
         self.acquired += 1
         self.state = LeaseState.HOLDING if fenced else LeaseState.UNFENCED
         if fenced:
-            log.info("holding the enforcer lease on %s: this instance evicts", self.topic)
+            log.info("holding %s on %s: this instance %s", self._what, self.topic, self._does)
         else:
             log.info("the broker admits several exclusive producers on %s (pulsar-lite): "
-                     "the lease cannot exclude other instances, this one evicts; run one "
-                     "enforcing instance against such a broker", self.topic)
+                     "the lease cannot exclude other instances, this one %s; run one such "
+                     "instance against such a broker", self.topic, self._does)
 
     def _probe(self) -> bool:
         """Whether the broker refuses a second exclusive producer, as Apache Pulsar does."""

@@ -13,6 +13,12 @@ Round by round, as a Pulsar broker does in `ResourceGroupService`:
 Where we differ from Pulsar, on purpose: a drop of usage to 0 is reported at once (Pulsar
 never reports a drop to 0 by drift and waits for the forced round, so an idle broker keeps
 a share it no longer uses for up to N rounds), and the goodbye (Pulsar has none).
+
+Replicas: instances sharing one name, of which one reports (runtime/exchange.py). A replica
+standing by (`reporting` False) publishes nothing; the reporter's entries, arriving under our
+name, become our entry of the map as they are (`_adopted`), so its shares are the reporter's;
+where it has none fresh yet (just started), its own measurement of the same brokers stands in.
+It keeps no suppression state, so on taking over it reports every entry at once.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from exporter.engine.usage import (
     Accepted,
     AcceptOutcome,
     Dimension,
+    Fresh,
     Usage,
     UsageMap,
     UsageReport,
@@ -58,6 +65,8 @@ class Participant:
         self._last_reported: dict[GroupKey, Usage] = {}
         self._rounds_since: dict[GroupKey, int] = {}
         self._heard: dict[str, float] = {}  # peer → when its last report was accepted
+        self.reporting = True  # False: a replica standing by (module docstring)
+        self._adopted: set[GroupKey] = set()  # our entries as the reporting replica sent them
 
     def reconfigure(self, settings: ResourceGroupEngine) -> None:
         """A reload may change the allocator, tolerances or stale_after; the map keeps its
@@ -88,6 +97,10 @@ class Participant:
                now: float) -> Round:
         """This round's usage per RG × class → what to publish. Keys not in `usages` are
         forgotten (a group removed from the config)."""
+        if not self.reporting:
+            self._stand_by(usages, limits, now)
+            return Round((), 0)
+        self._adopted.clear()
         out, suppressed = [], 0
         for key in sorted(usages):
             usage = usages[key]
@@ -105,11 +118,27 @@ class Participant:
             self._rounds_since.pop(key, None)
         return Round(tuple(out), suppressed)
 
+    def _stand_by(self, usages: Mapping[GroupKey, Usage],
+                  limits: Mapping[GroupKey, Usage | None], now: float) -> None:
+        for key in sorted(usages):
+            held = self.usage.lookup(key[0], key[1], self.name, now)
+            if key in self._adopted and isinstance(held, Fresh):
+                continue
+            self._adopted.discard(key)
+            self.usage.accept(UsageReport(key[0], key[1], self.name, usages[key],
+                                          limits.get(key)), now)
+        self._last_reported.clear()
+        self._rounds_since.clear()
+
     # --- 2. the others ------------------------------------------------------------------
     def accept(self, report: UsageReport, now: float) -> AcceptOutcome:
+        """A peer's entry; under our own name, the reporting replica's (standing by)."""
         outcome = self.usage.accept(report, now)
         if isinstance(outcome, Accepted):
-            self._heard[report.participant] = now
+            if report.participant == self.name:
+                self._adopted.add((report.resource_group, report.monitoring_class))
+            else:
+                self._heard[report.participant] = now
         return outcome
 
     def forget(self, participant: str) -> bool:

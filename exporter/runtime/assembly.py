@@ -226,10 +226,10 @@ def exchange_for(config: Config, clock: Clock) -> UsageExchange | None:
         log.warning("no sources.service_url: resource-group quotas are computed from this "
                     "instance's usage only")
         return None
-    from exporter.runtime.exchange import UsageExchange
+    from exporter.runtime.exchange import UsageExchange, reporter_lease_for
     from exporter.transport.channel import UsageChannel
 
     engine = config.resource_group_engine
     channel = UsageChannel(config.sources.service_url, engine.topic, engine.participant,
                            client_options=client_options(config.sources))
-    return UsageExchange(config, channel, clock)
+    return UsageExchange(config, channel, clock, lease=reporter_lease_for(config))

@@ -41,7 +41,7 @@ from exporter.runtime.assembly import (
     reassemble,
     splits_report,
 )
-from exporter.runtime.exchange import UsageExchange, from_wire
+from exporter.runtime.exchange import UsageExchange, from_wire, with_exchange
 from exporter.server.http import PublishedState
 from exporter.sources.brokerreports import BrokerReports, BrokerReportsView
 from exporter.sources.model import Snapshot
@@ -187,8 +187,9 @@ class Exporter:
         del metrics  # the body holds it all now
         # The JSON view is made when /api/v1/status asks, from these immutable parts: at
         # 100k topics making and serialising it took 1.4-1.7 s a cycle and held 46 MB.
-        status = partial(view, self.config.cluster, now, decisions, snapshot.health,
-                         dict(stages), self.config.filters.max_topics)
+        status = with_exchange(partial(view, self.config.cluster, now, decisions,
+                                       snapshot.health, dict(stages),
+                                       self.config.filters.max_topics), parts.exchange)
         degraded = tuple(f"source {h.source} down: {h.last_error_detail}"
                          for h in snapshot.health if not h.up)
         parts.state.publish(body, status, degraded=degraded)
@@ -350,12 +351,16 @@ class Exporter:
                 malformed += isinstance(self.decider.accept(entry, now), EntryRejected)
         if inbound.spoofed:
             self.decider.report_all_next()
+        reports = exchange.elect(now)  # one replica of a name reports (exchange.py)
+        with self.decider.lock:
+            self.decider.peer.reporting = reports
         round_, dropped = self.decider.round(now)
         for peer in dropped:
             log.warning("peer %s silent for %gs: dropped", peer,
                         self.config.resource_group_engine.stale_after)
             exchange.gate.forget(peer)
-        sent = bool(round_ and round_.reports and exchange.publish(round_.reports, now))
+        sent = bool(reports and round_ and round_.reports
+                    and exchange.publish(round_.reports, now))
         with self._tally_lock:  # _record takes the heard reports under it too
             if self.parts.recorder is not None:
                 self._heard += [r for r in inbound.admitted if not r.goodbye]

@@ -97,7 +97,9 @@ auth or a required client certificate (an existing Secret's content is unknown: 
 The exporter's config file: .Values.config with exposition.listen set to 0.0.0.0:containerPort,
 the only address the Service and the probes can reach. A different listen set by the user
 fails the render rather than being silently replaced. With perBroker.enabled, sources.brokers
-is perBroker.metricsUrl and the participant is the pod's name (read with --config.expand-env).
+is perBroker.metricsUrl and the participant is the pod's name (read with --config.expand-env);
+otherwise the replicas are one participant, the release's full name unless config names one
+(one replica reports for it, the holder of its reporter lease).
 */}}
 {{- define "pqe.configFile" -}}
 {{- $config := deepCopy (.Values.config | default dict) }}
@@ -116,6 +118,12 @@ is perBroker.metricsUrl and the participant is the pod's name (read with --confi
 {{- $_ := set $engine "participant" "${POD_NAME}" }}
 {{- $_ := set $config "sources" $sources }}
 {{- $_ := set $config "resource_group_engine" $engine }}
+{{- else }}
+{{- $engine := deepCopy ((index $config "resource_group_engine") | default dict) }}
+{{- if not (index $engine "participant") }}
+{{- $_ := set $engine "participant" (include "pqe.fullname" .) }}
+{{- $_ := set $config "resource_group_engine" $engine }}
+{{- end }}
 {{- end }}
 {{- toYaml $config }}
 {{- end }}
