@@ -47,6 +47,7 @@ from exporter.actions.orders import (
 )
 from exporter.adminhttp import AdminHttp, CaFileError, TokenFileError
 from exporter.config.model import AdminSource
+from exporter.engine.backlog import skip_count
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def fresh_cut(order: EvictionOrder, backlog: int, backlog_bytes: float | None) -
     if backlog_bytes <= target:
         return (f"the backlog is {backlog_bytes:.0f} bytes now, within the target "
                 f"{target:.0f} (0.9 × the limit; the cycle ordered {order.messages} skipped)")
-    broker = int((backlog_bytes - target) / backlog_bytes * backlog)
+    broker = skip_count(backlog_bytes, target, backlog)
     if broker <= 0:
         return f"the broker would skip nothing now ({backlog} messages, {backlog_bytes:.0f} B)"
     return min(count, broker)

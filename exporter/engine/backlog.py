@@ -18,9 +18,9 @@ Pulsar's broker (`BrokerService.monitorBacklogQuota`, `PersistentTopic`,
   always (`dropBacklogForSizeLimit`, reductionFactor 0.9), for time in its precise mode
   (`dropBacklogForTimeLimit` expires at `(int)(0.9 × limitTime)`). The hysteresis keeps a
   topic that just went over from being evicted again at every check. Size: per
-  subscription the fewest messages whose skip brings it to ≤ the target,
-  ceil(excess / bytes-per-message). Time: the cut-off `now − 0.9 × limit`; messages
-  published before it go, nothing newer.
+  subscription the broker's own count, `skip_count` (`(int)((backlog − target) / backlog ×
+  entries)`, which may leave it a message over the target, as the broker does). Time: the
+  cut-off `now − 0.9 × limit`; messages published before it go, nothing newer.
 - Which subscriptions. Size: as Pulsar's eviction loop (skip on the slowest cursor, recompute
   the topic backlog, repeat while it is over the target): oldest-first, every subscription
   over the target until the first one within it. Time: every subscription with messages
@@ -44,6 +44,7 @@ from enum import StrEnum
 from fractions import Fraction
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.engine.javamath import java_int
 from exporter.engine.quotas import QuotaSource, ResolvedQuota, configured, resolve
 from exporter.sources.model import PulsarQuotas, QuotaType
 
@@ -267,7 +268,7 @@ def check_against(topic: str, namespace: str, subscriptions: tuple[SubscriptionB
         action, quota = Action(acting.value), replace(quota, policy=acting)
         evicting = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
         plan = EvictionPlan(  # a limit is exceeded only where there is one (not None)
-            size=(_size_plan(ordered, avg, limit_size * EVICTION_TARGET)
+            size=(_size_plan(ordered, avg, limit_size)
                   if size is _EXCEEDED and limit_size is not None
                   and limits.size.policy is evicting else ()),
             time=(_time_plan(ordered, now - limit_time * EVICTION_TARGET)
@@ -330,11 +331,12 @@ def _bytes_per_message(sub: SubscriptionBacklog, avg: float | None) -> Fraction 
 
 
 def _size_plan(
-    ordered: Sequence[SubscriptionBacklog], avg: float | None, target: Fraction
+    ordered: Sequence[SubscriptionBacklog], avg: float | None, limit_size: float
 ) -> tuple[SizeEviction, ...]:
-    """Every subscription over `target`, slowest first, skips down to it (the loop of
+    """Every subscription over the target, slowest first, skips down to it (the loop of
     BacklogQuotaManager.dropBacklogForSizeLimit, per subscription and in messages)."""
-    limit = target
+    limit = Fraction(limit_size) * EVICTION_TARGET
+    java_target = float(EVICTION_TARGET) * float(limit_size)  # Java's double product
     plan: list[SizeEviction] = []
     for sub in ordered:
         exact, _ = _bytes(sub, avg)
@@ -342,9 +344,21 @@ def _size_plan(
         per_message = _bytes_per_message(sub, avg)
         if backlog is None or per_message is None or backlog <= limit or per_message <= 0:
             break  # the topic backlog is within the limit from here on (or unknowable)
-        skip = min(sub.backlog_messages, -(-(backlog - limit) // per_message))
-        plan.append(SizeEviction(sub.name, int(skip), float(backlog), float(per_message)))
+        skip = skip_count(float(backlog), java_target, sub.backlog_messages)
+        if skip <= 0:
+            break  # the broker's "no messages to skip": its loop stops there
+        plan.append(SizeEviction(sub.name, skip, float(backlog), float(per_message)))
     return tuple(plan)
+
+
+def skip_count(backlog_bytes: float, target_bytes: float, entries: int) -> int:
+    """How many of `entries` the broker skips to bring `backlog_bytes` to `target_bytes`:
+    `BacklogQuotaManager.dropBacklogForSizeLimit`'s `(int) ((backlogSize − targetSize) /
+    backlogSize × entriesInBacklog)`, in doubles as Java computes it. The plan and the
+    eviction's fresh re-count (actions/admin.py) both use it, so the status says what is cut."""
+    if backlog_bytes <= 0 or entries <= 0:
+        return 0
+    return max(0, java_int((backlog_bytes - target_bytes) / backlog_bytes * entries))
 
 
 def _time_plan(

@@ -237,11 +237,14 @@ def test_size_eviction_through_the_cycle_moves_the_cursor_down_to_ninety_percent
         evicted = _sample(report.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",
                           topic=TOPIC, quota_type="size")
         assert evicted == 1, report.status
-        # The broker's own gauge: at 90 % of the limit or below, not a message further.
-        target = SIZE_LIMIT * EVICTION_TARGET
-        fits = int(target // per_message)
-        _wait_backlog(broker, fits)
-        assert _broker_backlog(broker, "stalled-sub") * per_message <= target
+        # The broker's own gauge: cut by BacklogQuotaManager's count, (int)((backlog −
+        # target) / backlog × entries), which leaves less than one message over 90 % of the
+        # limit, and within the limit.
+        target = float(EVICTION_TARGET) * SIZE_LIMIT
+        backlog = SIZE_MESSAGES * per_message
+        left = SIZE_MESSAGES - int((backlog - target) / backlog * SIZE_MESSAGES)
+        _wait_backlog(broker, left)
+        assert target < left * per_message + per_message and left * per_message < SIZE_LIMIT
         # Within its quota now: the next cycles evict nothing more.
         later = exporter.cycle()
         assert _sample(later.body, "pulsar_storage_backlog_quota_exceeded_evictions_total",

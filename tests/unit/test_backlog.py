@@ -22,6 +22,7 @@ from exporter.engine.backlog import (
     TopicBacklogState,
     check,
     effective_quota,
+    skip_count,
 )
 
 TOPIC = "persistent://acme/orders/t1"
@@ -246,13 +247,32 @@ def test_size_eviction_goes_down_to_ninety_percent_of_the_limit_as_pulsar() -> N
     assert decision.plan.quota_types == {QuotaType.SIZE}
 
 
-def test_size_eviction_rounds_up_to_whole_messages() -> None:
-    # 2050 bytes / 20 messages = 102.5 B each; excess over the 900 B target 1150 B = 11.2
-    # messages → skip 12, leaving 820 B: below the target by less than one message.
+def test_size_eviction_truncates_as_the_broker_does() -> None:
+    # 2050 bytes / 20 messages = 102.5 B each; the broker skips (int)((2050 − 900) / 2050 × 20)
+    # = (int) 11.2 = 11, leaving 922.5 B: over the 900 B target by less than one message.
     decision = check(state(sub("s", 20, 2_050)), quotas(limit_size=1_000, policy=EVICT), now=0.0)
     (eviction,) = decision.plan.size
-    assert eviction.skip_messages == 12
-    assert eviction.remaining_bytes == pytest.approx(820.0)
+    assert eviction.skip_messages == 11
+    assert eviction.remaining_bytes == pytest.approx(922.5)
+
+
+def test_size_eviction_stops_where_the_broker_would_skip_nothing() -> None:
+    # 1 large message over the limit: (int)((1500 − 900) / 1500 × 1) = 0, so the broker's loop
+    # breaks ("no messages to skip") and so does the plan: no eviction, not a 1-message skip.
+    decision = check(state(sub("s", 1, 1_500)), quotas(limit_size=1_000, policy=EVICT), now=0.0)
+    assert decision.plan.size == ()
+
+
+@pytest.mark.parametrize(("backlog", "target", "entries", "expected"), [
+    (2_000.0, 900.0, 20, 11),
+    (2_050.0, 900.0, 20, 11),
+    (1_500.0, 900.0, 1, 0),
+    (0.0, 900.0, 5, 0),
+    (1e30, 0.0, 10**12, 2**31 - 1),  # Java's (int) saturates
+])
+def test_skip_count_is_the_brokers_truncating_int(backlog: float, target: float, entries: int,
+                                                   expected: int) -> None:
+    assert skip_count(backlog, target, entries) == expected
 
 
 def test_size_eviction_walks_oldest_first_and_stops_at_the_first_within() -> None:
@@ -350,7 +370,7 @@ def test_the_size_check_compares_the_exact_bytes(topic, quota) -> None:
 
 
 @given(topic=topic_states, quota=eviction_quotas, now=st.floats(0, 3 * 10**6))
-def test_a_plan_takes_a_subscription_to_ninety_percent_not_below(topic, quota, now) -> None:
+def test_a_plan_takes_a_subscription_to_ninety_percent_as_the_broker(topic, quota, now) -> None:
     decision = check(topic, BacklogQuotas(default=quota), now)
     by_name = {s.name: s for s in topic.subscriptions}
     for eviction in decision.plan.size:
@@ -359,9 +379,11 @@ def test_a_plan_takes_a_subscription_to_ninety_percent_not_below(topic, quota, n
         remaining = backlog - eviction.skip_messages * per_message
         target = quota.limit_size * EVICTION_TARGET
         assert backlog > target
-        assert max(0, target - per_message) <= remaining <= target
-        # One message fewer would not have been enough: never more than the target requires.
-        assert remaining + per_message > target or remaining == 0
+        assert eviction.skip_messages >= 1
+        # The broker's truncating count: never below the target (beyond a double's rounding),
+        # and within one message above it (one more skip would have reached it).
+        slack = per_message / 10**6
+        assert target - slack <= remaining < target + per_message + slack
     for eviction in decision.plan.time:
         assert eviction.cutoff == now - quota.limit_time * EVICTION_TARGET
         s = by_name[eviction.subscription]
