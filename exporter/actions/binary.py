@@ -16,6 +16,13 @@ Why the binary path looks before it leaps (measured on pulsar-lite 0.2):
   the client then reports success; so we read the head again and, if it is still older than
   the cut, acknowledge the remaining old messages one by one (bounded by `budget`).
 - A seek that ends in `ResultDisconnected` is "done, verify at the next refresh" (UNCONFIRMED).
+- A size cut is bounded by the backlog now, not only the cycle's count (a consumer may have
+  caught up since): the binary protocol has no stats call in pulsar-client, but the head's
+  message id and `get_last_message_id()` give the entries between them when both are on one
+  ledger (pulsar-lite keeps one per topic, measured: ledger 0, an entry per message unbatched).
+  The cut is then at most that less what the cycle's cut would leave (`keep_messages`),
+  `fresh_skip`; on several ledgers (Apache Pulsar, which has the admin path) the cycle's count
+  stands. A batch is one entry, so with batching the bound under-counts: it cuts less, never more.
 Pulsar's seek by time keeps a message published exactly at the cut (it resets to the entry after
 the newest one with `publishTime < t`, PersistentMessageFinder), which is our contract too.
 """
@@ -68,6 +75,23 @@ def _client_failure(exc: Exception) -> tuple[EvictionFailure, str]:
     if isinstance(exc, pulsar.PulsarException):
         return EvictionFailure.BROKER_ERROR, detail
     return EvictionFailure.OTHER, detail
+
+
+def fresh_skip(order: EvictionOrder, head: pulsar.MessageId,
+               last: pulsar.MessageId) -> int | str:
+    """How many messages a size order acknowledges, bounded by the backlog seen now (module
+    docstring); a reason instead when the backlog is already within what the cut leaves."""
+    assert order.messages is not None
+    if (order.keep_messages is None or head.ledger_id() != last.ledger_id()
+            or last.entry_id() < head.entry_id()):
+        return order.messages  # no count of the backlog now: the cycle's stands
+    backlog = last.entry_id() - head.entry_id() + 1
+    cut = min(order.messages, backlog - order.keep_messages)
+    if cut <= 0:
+        return (f"the backlog is at most {backlog} entries now, within the "
+                f"{order.keep_messages} the cycle's cut leaves (it ordered {order.messages} "
+                "skipped)")
+    return cut
 
 
 class BinaryEvictor:
@@ -160,10 +184,16 @@ class BinaryEvictor:
     def _skip(self, client: pulsar.Client, order: EvictionOrder) -> EvictionResult:
         assert order.messages is not None
         with self._attached(client, order, queue=min(order.messages, 1000)) as consumer:
-            done, completion = self._drain(consumer, lambda _m: True, order.messages)
-        if done:
-            return Performed(order, EvictionMethod.ACKNOWLEDGE, done, completion)
-        return NothingToEvict(order, "no backlog")
+            last = consumer.get_last_message_id()
+            head = self._receive(consumer, self._idle_wait)
+            if head is None:
+                return NothingToEvict(order, "no backlog")
+            count = fresh_skip(order, head.message_id(), last)
+            if isinstance(count, str):  # the head goes back unacknowledged on close
+                return Skipped(order, EvictionFailure.STALE_SIZE, count)
+            consumer.acknowledge(head)
+            done, completion = self._drain(consumer, lambda _m: True, count - 1)
+        return Performed(order, EvictionMethod.ACKNOWLEDGE, done + 1, completion)
 
     def _seek(self, client: pulsar.Client, order: EvictionOrder) -> EvictionResult:
         cut = order.cutoff_ms

@@ -90,6 +90,10 @@ class EvictionOrder:
     # Size orders: the limit itself; a backlog within it now is not evicted (the broker
     # evicts only a topic over its quota)
     limit_bytes: float | None = None
+    # Size orders: the messages the cycle's cut leaves (its backlog less `messages`). The
+    # binary path reads no stats: it bounds the cut by the backlog it sees now less these
+    # (actions/binary.py). None: `messages` at most.
+    keep_messages: int | None = None
 
     def __post_init__(self) -> None:
         parts = self.topic.removeprefix("persistent://").split("/", 2)

@@ -76,7 +76,8 @@ def orders_for(decisions: Decisions, consumers: Consumers | None = None) -> list
         target = None if limit is None else float(EVICTION_TARGET) * limit  # Java's product
         orders += [EvictionOrder(d.topic, s.subscription, "size", messages=s.skip_messages,
                                  consumers=seen.get((d.topic, s.subscription)),
-                                 target_bytes=target, limit_bytes=limit)
+                                 target_bytes=target, limit_bytes=limit,
+                                 keep_messages=round(s.remaining_bytes / s.bytes_per_message))
                    for s in d.plan.size if s.skip_messages > 0]
         orders += [EvictionOrder(d.topic, t.subscription, "time", before_publish_time=t.cutoff,
                                  consumers=seen.get((d.topic, t.subscription)))

@@ -34,7 +34,7 @@ from tests.harness.loopback import LoopbackHTTP
 from tests.harness.pulsar import PulsarLite, pulsar_lite_fixture
 
 pulsar_lite = pulsar_lite_fixture()
-SUBSCRIPTIONS = ("time", "size", "late-cut", "early-cut", "exclusive")
+SUBSCRIPTIONS = ("time", "size", "late-cut", "early-cut", "exclusive", "caught-up", "shrunk")
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,38 @@ def test_size_order_skips_exactly_n_messages(pulsar_lite: PulsarLite, workload: 
     assert result == Performed(order, EvictionMethod.ACKNOWLEDGE, 50, Completion.CONFIRMED)
     pulsar_lite.wait_for_backlog(workload.topic, "size", 150)
     assert _head(pulsar_lite, workload.topic, "size") == 50
+
+
+def _consume(broker: PulsarLite, topic: str, subscription: str, count: int) -> None:
+    """A consumer catching up by `count` messages after the cycle, then gone."""
+    with broker.consumer(topic, subscription, pulsar.ConsumerType.Shared) as consumer:
+        for _ in range(count):
+            consumer.acknowledge(consumer.receive(timeout_millis=5000))
+
+
+def test_size_order_is_bounded_by_the_backlog_now(pulsar_lite: PulsarLite,
+                                                  workload: Workload) -> None:
+    """The cycle saw 200 and ordered 50 skipped (leaving 150); a consumer then took 30. The
+    cut is 170 − 150 = 20, not 50: the subscription ends where the cycle's cut meant it to."""
+    order = _order(pulsar_lite, workload.topic, "caught-up", "size", messages=50,
+                   keep_messages=150)
+    _consume(pulsar_lite, workload.topic, "caught-up", 30)
+    (result,) = _evictor(pulsar_lite).perform([order])
+    assert result == Performed(order, EvictionMethod.ACKNOWLEDGE, 20, Completion.CONFIRMED)
+    pulsar_lite.wait_for_backlog(workload.topic, "caught-up", 150)
+    assert _head(pulsar_lite, workload.topic, "caught-up") == 50
+
+
+def test_size_order_within_its_target_now_is_refused_as_stale(pulsar_lite: PulsarLite,
+                                                              workload: Workload) -> None:
+    order = _order(pulsar_lite, workload.topic, "shrunk", "size", messages=50,
+                   keep_messages=150)
+    _consume(pulsar_lite, workload.topic, "shrunk", 120)
+    (result,) = _evictor(pulsar_lite).perform([order])
+    assert isinstance(result, Skipped) and result.reason is EvictionFailure.STALE_SIZE
+    assert "at most 80 entries now" in result.detail
+    pulsar_lite.wait_for_backlog(workload.topic, "shrunk", 80)
+    assert _head(pulsar_lite, workload.topic, "shrunk") == 120
 
 
 def test_cut_after_the_newest_message_clears_the_backlog(pulsar_lite: PulsarLite,
