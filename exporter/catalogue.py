@@ -309,6 +309,14 @@ CATALOGUE: tuple[Metric, ...] = (
        "Times this instance found the enforcer lease gone: fenced by a new holder, or the "
        "broker out of reach when it confirmed its claim before an eviction.",
        ("cluster",), U.NONE, E),
+    _m("pulsar_quota_exporter_usage_reporter", G,
+       "1 for this instance's state of its participant's usage-reporter lease (resource "
+       "groups with a usage exchange): holding (it publishes the participant's usage), "
+       "standing_by (another replica does, or the broker is out of reach) or unfenced (the "
+       "broker does not honour exclusive producers: it reports, maybe beside another). "
+       "Across replicas of one participant, the sum of holding is 1.",
+       ("cluster", "participant", "state"), U.NONE, E,
+       known_values=MappingProxyType({"state": LEASE_STATES})),
     _m("pulsar_quota_exporter_usage_reports_sent_total", C,
        "Resource-group usage reports published by this instance.",
        ("cluster",), U.NONE, E),

@@ -99,6 +99,7 @@ class CycleFacts:
     max_topics: int | None = None  # filters.max_topics
     record_bytes: int | None = None  # the record directory's size, when recording
     lease: LeaseView | None = None  # the enforcer lease, when enforcing
+    reporter: LeaseView | None = None  # the usage-reporter lease, with a usage exchange
 
 
 def _add_group(b: MetricSetBuilder, cluster: str, participant: str, g: GroupResult) -> None:
@@ -228,6 +229,10 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
                   float(state is facts.lease.state))
         b.add("pulsar_quota_exporter_enforcer_acquired_total", (c,), facts.lease.acquired)
         b.add("pulsar_quota_exporter_enforcer_lost_total", (c,), facts.lease.lost)
+    if facts.reporter is not None:
+        for state in LeaseState:
+            b.add("pulsar_quota_exporter_usage_reporter", (c, participant, state.value),
+                  float(state is facts.reporter.state))
     b.add("pulsar_quota_exporter_check_interval_seconds", (c,), facts.check_interval)
     b.add("pulsar_quota_exporter_usage_report_interval_seconds", (c,), facts.report_interval)
     b.add("pulsar_quota_exporter_usage_report_max_gap_seconds", (c,), facts.report_max_gap)

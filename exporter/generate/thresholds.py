@@ -81,6 +81,7 @@ class Thresholds:
     cycle_stalled_for: float = 300
     evictions_failed_window: float = 900
     no_enforcer_for: float = 300
+    no_usage_reporter_for: float = 300
     topics_capped_for: float = 900
 
     def __post_init__(self) -> None:

@@ -179,7 +179,9 @@ class Exporter:
                                topic_level=self.config.exposition.topic_level,
                                max_topics=self.config.filters.max_topics,
                                record_bytes=parts.recorder.bytes if parts.recorder else None,
-                               lease=parts.lease.view() if parts.lease else None)
+                               lease=parts.lease.view() if parts.lease else None,
+                               reporter=parts.exchange.reporter_view() if parts.exchange
+                               else None)
             metrics = build(facts, decisions, snapshot.health, self.tallies,
                             parts.decider.participant, reports, splits)
         body = render(metrics, topic_level=self.config.exposition.topic_level,

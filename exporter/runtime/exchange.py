@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from exporter.actions.orders import LeaseState
+from exporter.actions.orders import LeaseState, LeaseView
 from exporter.config.model import Config
 from exporter.engine.usage import Usage, UsageReport
 from exporter.transport.codec import MAX_SEQUENCE, Entry, Rates, Undecodable, WireReport, encode
@@ -160,6 +160,10 @@ class UsageExchange:
 
     def reporter_state(self) -> LeaseState:
         return LeaseState.HOLDING if self.lease is None else self.lease.state
+
+    def reporter_view(self) -> LeaseView | None:
+        """The reporter lease for pulsar_quota_exporter_usage_reporter; None without one."""
+        return None if self.lease is None else self.lease.view()
 
     def elect(self, now: float) -> bool:
         """Each round, before publishing: take the reporter lease if free, or confirm it

@@ -42,6 +42,7 @@ TAKEOVER = 15.0
 DEPLOYMENT = "rel-pulsar-quota-exporter"  # the chart's full name for release "rel"
 SENT = "pulsar_quota_exporter_usage_reports_sent_total"
 REJECTED = "pulsar_quota_exporter_usage_reports_rejected_total"
+REPORTER = "pulsar_quota_exporter_usage_reporter"
 
 
 def _chart_config(service_url: str, metrics_url: str, group: str, ns: str) -> dict:
@@ -149,6 +150,8 @@ def test_one_replica_reports_and_the_other_publishes_the_same_shares(
         states = [e.status()["usage_exchange"] for e in (a, b)]
         assert states == [{"participant": DEPLOYMENT, "reporter_lease": "holding"},
                           {"participant": DEPLOYMENT, "reporter_lease": "standing_by"}]
+        for exporter, state in ((a, "holding"), (b, "standing_by")):
+            assert exporter.scrape().value(REPORTER, participant=DEPLOYMENT, state=state) == 1
 
         a.signal(signal.SIGTERM)  # a clean stop: its goodbye, then its lease released
         stopped = time.monotonic()

@@ -40,6 +40,7 @@ PREFIX_OF_FILE = {
 VALUELESS = {
     "PulsarQuotaExporterDown", "PulsarQuotaExporterAbsent", "PulsarQuotaExporterSourceDown",
     "PulsarLoadBundleSplitCandidate", "PulsarQuotaExporterNoEnforcer",
+    "PulsarQuotaExporterNoUsageReporter",
 }
 CAMEL = re.compile(r"^(?:[A-Z][a-z0-9]+)+$")
 NOT_METRICS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
@@ -176,6 +177,7 @@ def test_the_alerts_the_issue_asks_for_exist_with_their_severity():
         "PulsarQuotaExporterSourceErrors": "warning",
         "PulsarQuotaExporterEvictionsFailing": "warning",
         "PulsarQuotaExporterNoEnforcer": "warning",
+        "PulsarQuotaExporterNoUsageReporter": "warning",
         "PulsarQuotaExporterTopicSeriesCapped": "info",
     }
 

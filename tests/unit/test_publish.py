@@ -250,3 +250,24 @@ def test_the_status_lists_at_most_status_topics_chosen_as_max_topics_chooses(
     kept = as_published(decisions, 4)  # the decisions a capped cycle keeps
     assert [t["topic"] for t in status.view("c", NOW, kept, (), {}, 4)["topics"]] == \
         sorted(ranked)
+
+
+@pytest.mark.parametrize("state", ["holding", "standing_by", "unfenced"])
+def test_the_usage_reporter_lease_is_one_state_per_participant(state: str) -> None:
+    """pulsar_quota_exporter_usage_reporter: this replica's state of its participant's
+    reporter lease, 1 on that state and 0 on the others; no series without a lease."""
+    from exporter.actions.orders import LeaseState, LeaseView
+    from exporter.exposition.build import CycleFacts, Tallies, build
+    from exporter.exposition.render import render
+    from tests.harness.pulsar import Metrics
+
+    facts = CycleFacts("c", NOW, {}, NOW, 60.0, 10.0, 60.0,
+                       reporter=LeaseView(LeaseState(state), 1, 0))
+    metrics = Metrics(render(build(facts, None, (), Tallies(), "broker-1"),
+                             topic_level=True).decode())
+    got = {(s.labels["participant"], s.labels["state"]): s.value
+           for s in metrics.find("pulsar_quota_exporter_usage_reporter")}
+    assert got == {("broker-1", s.value): float(s.value == state) for s in LeaseState}
+    alone = Metrics(render(build(replace(facts, reporter=None), None, (), Tallies(), "b"),
+                           topic_level=True).decode())
+    assert alone.find("pulsar_quota_exporter_usage_reporter") == []
