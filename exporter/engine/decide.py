@@ -182,7 +182,7 @@ class Decider:
             agg.topics, slowest_backlogs(at, backlogs, len(topics)), published)
         order = np.argsort(at, kind="stable")  # by topic row; those of no topic first
         at, backlogs = at[order], backlogs[order]  # the table's order is not kept
-        # PIP-492's gauge: a subscription's age as its broker printed it (Pulsar >= 5.0)
+        # PIP-492's gauge: a subscription's age as its broker printed it (4.0.14+, 4.2.5+, 5.0)
         printed = floats(agg.subscriptions["backlog_age_seconds"], math.nan)[order]
         # a subscription's name is its key: never null
         words, rank = ranked(agg.subscriptions["subscription"].take(order).combine_chunks())

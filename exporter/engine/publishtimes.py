@@ -1,10 +1,10 @@
 """Every subscription's oldest publish time in a cycle, over the pipeline's columns at once.
 
 Best source first: the subscription's own age where the broker has one (PIP-492, Pulsar
->= 5.0: the admin REST's per subscription, else its /metrics gauge), the admin REST's
-topic-level `oldestBacklogMessageAgeSeconds` (its subscription named), else the broker's
-PIP-323 gauge, else our age table's estimate (none where it has none; a lower bound where
-the table says so). The gauge
+4.0.14+, 4.2.5+ and 5.0: the admin REST's per subscription, else its /metrics gauge), the
+admin REST's topic-level `oldestBacklogMessageAgeSeconds` (its subscription named), else the
+broker's PIP-323 gauge, else our age table's estimate (none where it has none; a lower bound
+where the table says so). The gauge
 (`PersistentTopic.getBestEffortOldestUnacknowledgedMessageAgeSeconds`) is the slowest
 cursor's oldest position as of the last backlog-quota check, so it goes to the subscription
 with the largest backlog, and no estimate of another is older. A subscription measured by
