@@ -13,7 +13,8 @@ but not parsed (the rest of `scrape_duration_seconds` is Prometheus' parse and a
 
 Beside it, what a Python exporter would use instead: prometheus-client's
 `start_http_server` with the same series pre-built as metric families (it renders per
-scrape; no cycles to publish). Traffic stays on 127.0.0.1.
+scrape; no cycles to publish). Traffic stays on 127.0.0.1. The `prometheus` first on PATH
+runs: Debian's 2.x, or 3.x from `go install github.com/prometheus/prometheus/cmd/prometheus`.
 
     .venv/bin/python -m tests.bench.prometheus_pair [--topics 10000,100000]
         [--duration 60] [--interval 5] [--cycle 15]
