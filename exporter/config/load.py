@@ -24,7 +24,7 @@ from exporter.config.model import (
 )
 from exporter.config.reader import Reader, describe, schema_keys
 
-__all__ = ["ConfigError", "expand_env", "load", "parse"]
+__all__ = ["ConfigError", "expand_env", "load", "parse", "read_yaml"]
 
 
 class ConfigError(Exception):
@@ -68,6 +68,21 @@ def load(path: str | os.PathLike[str], *, expand: bool = False) -> Config:
     """Read, parse and validate one YAML file; raise `ConfigError` with every problem found.
     `expand`: replace environment references first (`expand_env`)."""
     filename = os.fspath(path)
+    data, errors = read_yaml(filename, expand=expand)
+    try:
+        config = parse(data, filename)
+    except ConfigError as e:
+        raise ConfigError(errors + e.errors) from None
+    if errors:
+        raise ConfigError(errors)
+    return config
+
+
+def read_yaml(filename: str, *, expand: bool = False) -> tuple[object, list[str]]:
+    """One YAML document read as our files are (UTF-8, no control characters, PyYAML's
+    failures as one line with the line and column): the data, and an error per duplicate
+    key (YAML keeps the last silently). `ConfigError` when it cannot be read at all. Also
+    the web config file's reader (server/toolkit.py)."""
     try:
         with open(filename, encoding="utf-8") as f:
             text = f.read()
@@ -97,17 +112,10 @@ def load(path: str | os.PathLike[str], *, expand: bool = False) -> Config:
         raise ConfigError([f"{filename}: not valid YAML: nested too deeply"]) from None
     finally:
         loader.dispose()
-    errors = [
+    return data, [
         f"{filename}: line {line}: duplicate key '{key}' (YAML would silently keep the last)"
         for line, key in loader.duplicates
     ]
-    try:
-        config = parse(data, filename)
-    except ConfigError as e:
-        raise ConfigError(errors + e.errors) from None
-    if errors:
-        raise ConfigError(errors)
-    return config
 
 
 def _policy_sources(r: Reader, top: dict[str, object], config: Config) -> Config:

@@ -23,9 +23,8 @@ import threading
 import time
 from collections.abc import Callable
 
-import yaml
-
 from exporter.config import values as cv
+from exporter.config.load import ConfigError, read_yaml
 from exporter.config.model import Exposition
 from exporter.config.reader import Reader, describe, join
 from exporter.config.units import parse_duration
@@ -92,21 +91,16 @@ def load_file(path: str) -> WebConfig:
     """Read and validate the file; `WebConfigError` with every problem, each
     `FILE: key.path: what is wrong`."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise WebConfigError([f"{path}: cannot read: {e.strerror or e}"]) from None
-    except UnicodeDecodeError as e:
-        raise WebConfigError([f"{path}: cannot read: not UTF-8 text (byte {e.start})"]) from None
+        data, duplicates = read_yaml(path)
+    except ConfigError as e:
+        raise WebConfigError(e.errors) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f"line {mark.line + 1}: " if mark else ""
-        raise WebConfigError([f"{path}: {where}not valid YAML: {e.problem}"]) from None
-    except (yaml.YAMLError, ValueError, RecursionError) as e:
-        raise WebConfigError([f"{path}: not valid YAML: {str(e)[:120]}"]) from None
-    return parse(data, path)
+        config = parse(data, path)
+    except WebConfigError as e:
+        raise WebConfigError(duplicates + e.errors) from None
+    if duplicates:  # Go's strict YAML refuses them too
+        raise WebConfigError(duplicates)
+    return config
 
 
 def parse(data: object, filename: str) -> WebConfig:

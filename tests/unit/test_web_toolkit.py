@@ -117,6 +117,21 @@ def test_every_error_at_once_and_no_secret_echoed(tmp_path):
     assert not any("TOPSECRET" in e for e in found)
 
 
+def test_a_duplicate_key_is_refused_as_go_refuses_it(tmp_path):
+    """Go's strict YAML refuses a repeated key; PyYAML keeps the last one silently, which
+    would make a second `rate_limit` block the only one."""
+    doc = "rate_limit:\n  burst: 1\nrate_limit:\n  interval: 1s\n  burst: 2\n"
+    assert errors_of(tmp_path, doc) == [
+        "line 3: duplicate key 'rate_limit' (YAML would silently keep the last)"]
+
+
+def test_unreadable_and_broken_yaml_say_so_with_the_line(tmp_path):
+    assert errors_of(tmp_path, "rate_limit: [1,\n")[0].startswith("line ")
+    (tmp_path / "bin.yml").write_bytes(b"\xff\xfe")
+    with pytest.raises(WebConfigError, match="not UTF-8 text"):
+        load_file(str(tmp_path / "bin.yml"))
+
+
 def test_an_empty_file_and_an_empty_tls_section_serve_plain_http(tmp_path):
     assert load_file(write(tmp_path, "")).tls is None
     web = load_file(write(tmp_path, {"tls_server_config": {"min_version": "TLS13"}}))
