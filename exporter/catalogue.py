@@ -243,8 +243,11 @@ CATALOGUE: tuple[Metric, ...] = (
        "1 for a bundle over a split threshold; `reason` names the threshold.",
        ("cluster", "namespace", "bundle", "reason"), U.NONE, L),
     # --- the exporter's own health ------------------------------------------------------
-    _m("pulsar_quota_exporter_build_info", G, "Version of the exporter (always 1).",
-       ("cluster", "version"), U.NONE, E),
+    _m("pulsar_quota_exporter_build_info", G,
+       "The exporter's version, the commit it was built from, and the Python, PySpark and "
+       "Java it runs on (always 1).",
+       ("cluster", "version", "revision", "pythonversion", "pysparkversion", "javaversion"),
+       U.NONE, E),
     _m("pulsar_quota_exporter_source_up", G,
        "1 when the source's last fetch succeeded.",
        ("cluster", "source", "kind"), U.NONE, E),

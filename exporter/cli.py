@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from exporter import __version__, logs, unneeded
+from exporter import logs, unneeded
 
 
 def _add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -21,15 +21,35 @@ def _add_expand(p: argparse.ArgumentParser) -> None:
                    help="replace ${VAR} and ${VAR:-default} in the file from the environment")
 
 
+def _add_logging(p: argparse.ArgumentParser, level: str = "warn") -> None:
+    """Every command logs alike, to stderr: `run` at info by default, the one-shot commands
+    and the demo (whose output is on stdout) at warn."""
+    p.add_argument("--log.level", dest="log_level", default=level, choices=logs.LEVELS,
+                   help=f"the least severe level logged (default: {level})")
+    p.add_argument("--log.format", dest="log_format", default="logfmt", choices=logs.FORMATS,
+                   help="log line format (default: logfmt)")
+
+
 def _add_web_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--web.config.file", dest="web_config", metavar="FILE",
                    help="Prometheus exporter-toolkit web config (TLS, client certificates, "
                    "basic auth, headers, rate limit); re-read when it changes")
 
 
+class _Version(argparse.Action):
+    """`--version`: worked out only when asked (it asks git and reads the JDK's release)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from exporter.pipeline.buildinfo import build_info
+
+        print(build_info().lines())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pulsar-quota-exporter", description=__doc__)
-    p.add_argument("--version", action="version", version=__version__)
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="the version, revision and runtimes, then exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("validate-config", help="validate a config file; exit 2 on errors")
@@ -47,10 +67,6 @@ def _parser() -> argparse.ArgumentParser:
                    "(default 40; health probes are not counted)")
     r.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics",
                    metavar="PATH", help="the path of the metrics (default /metrics)")
-    r.add_argument("--log.level", dest="log_level", default="info",
-                   choices=logs.LEVELS)
-    r.add_argument("--log.format", dest="log_format", default="logfmt", choices=logs.FORMATS,
-                   help="log line format (default: logfmt)")
     r.add_argument("--record.dir", dest="record_dir", metavar="DIR",
                    help="record what each cycle saw here, for `replay`")
     r.add_argument("--record.retention.time", dest="record_time", default="7d",
@@ -85,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--out", metavar="DIR",
                    help="write only the rules and dashboards, under DIR/alerts and "
                    "DIR/dashboards, leaving the committed files alone")
+    for command, parser in sub.choices.items():
+        _add_logging(parser, "info" if command == "run" else "warn")
     return p
 
 
@@ -121,6 +139,7 @@ def _web_or_exit(path: str | None, config_file: str, config):
 def main(argv: Sequence[str] | None = None) -> int:
     unneeded.refuse()
     args = _parser().parse_args(argv)
+    logs.setup(args.log_level, args.log_format)
     _terminate_like_interrupt()
     if args.command == "validate-config":
         _web_or_exit(args.web_config, args.file, _load_or_exit(args.file, args.expand_env))
@@ -140,7 +159,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         config = adjust(_load_or_exit(args.config, args.expand_env))
         web = _web_or_exit(args.web_config, args.config, config)
-        logs.setup(args.log_level, args.log_format)
         recorder = _recorder(args)  # a bad flag exits 2 before anything starts
         limits = _limits(args)
         from exporter.server.http import ListenError, check_listen

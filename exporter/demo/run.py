@@ -93,7 +93,6 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
     from exporter.server.http import ListenError, build_server
     from exporter.server.webconfig import load_web_config
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = load(config_path)
     service_port, metrics_port = _ports(config)
     busy = _busy(service_port, metrics_port, config.exposition.listen)

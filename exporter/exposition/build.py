@@ -11,7 +11,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from exporter import __version__
 from exporter.actions.orders import LeaseState, LeaseView
 from exporter.actions.plan import Acted
 from exporter.catalogue import CHECK_DURATION_BUCKETS
@@ -20,6 +19,7 @@ from exporter.engine.decide import Decisions, GroupResult
 from exporter.exposition.build_load import add_load
 from exporter.exposition.build_topics import add_topics, finite
 from exporter.exposition.metricset import HistogramValue, MetricSet, MetricSetBuilder
+from exporter.pipeline.buildinfo import build_info
 from exporter.sources.brokerreports import BrokerReportsView
 from exporter.sources.model import SourceHealth
 
@@ -184,7 +184,9 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     c = facts.cluster
     b = MetricSetBuilder()
     b.seed_counters(cluster=c)
-    b.add("pulsar_quota_exporter_build_info", (c, __version__), 1.0)
+    info = build_info()
+    b.add("pulsar_quota_exporter_build_info",
+          (c, info.version, info.revision, info.python, info.pyspark, info.java), 1.0)
     if decisions is not None:
         topics = decisions.topics
         b.add("pulsar_quota_exporter_topics_dropped", (c, "filtered"), facts.topics_filtered)

@@ -58,7 +58,8 @@ UNUSED_SECONDS = 30 * 86400
 KEPT = 3
 
 
-def _java() -> str:
+def java_binary() -> str:
+    """The java Spark starts: `$JAVA_HOME/bin/java`, else the first on PATH."""
     home = os.environ.get("JAVA_HOME")
     return os.path.realpath(os.path.join(home, "bin", "java") if home else
                             next((os.path.join(d, "java") for d in os.environ.get(
@@ -78,7 +79,7 @@ def _checked_files() -> list[Path]:
     size or modification time) makes the JVM ignore the archive, silently under
     `-Xlog:cds=off`: reinstalling the same PySpark into the same venv did that, and every
     start took twice as long (12.5-17.7 s to the first cycle instead of 6.3-8.1)."""
-    java = Path(_java())
+    java = Path(java_binary())
     jars = Path(_spark_home()) / "jars"
     return [java, java.parent.parent / "lib" / "modules", *sorted(jars.glob("*.jar"))]
 

@@ -110,3 +110,33 @@ def test_the_run_command_takes_the_prometheus_flags():
     assert _parser().parse_args(["run", "--config.file", "x.yaml"]).log_format == "logfmt"
     with pytest.raises(SystemExit):
         _parser().parse_args(["run", "--config.file", "x.yaml", "--log.format", "text"])
+
+
+@pytest.mark.parametrize(("argv", "default"), [
+    (["validate-config", "c.yaml"], "warn"),
+    (["run", "--config.file", "c.yaml"], "info"),
+    (["replay", "--config.file", "c.yaml", "--record.dir", "r", "--out", "o"], "warn"),
+    (["check", "--config.file", "c.yaml"], "warn"),
+    (["demo"], "warn"),
+    (["generate"], "warn"),
+])
+def test_every_command_takes_the_logging_flags(argv: list[str], default: str):
+    assert _parser().parse_args(argv).log_level == default
+    args = _parser().parse_args([*argv, "--log.level", "debug", "--log.format", "json"])
+    assert (args.log_level, args.log_format) == ("debug", "json")
+
+
+def test_a_one_shot_command_logs_in_the_format_asked(tmp_path):
+    """`validate-config --log.level debug --log.format json`: its log lines are JSON objects
+    on stderr (the command itself prints OK on stdout)."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "c.yaml"
+    config.write_text("cluster: c\nsources:\n  brokers:\n    - url: http://127.0.0.1:1/metrics\n")
+    done = subprocess.run([sys.executable, "-m", "exporter", "validate-config", str(config),
+                           "--log.level", "debug", "--log.format", "json"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout == "OK\n", done.stderr
+    for line in done.stderr.splitlines():
+        assert json.loads(line)["level"] in ("debug", "info", "warn", "error")
