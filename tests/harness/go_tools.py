@@ -1,0 +1,114 @@
+"""Tools the tests take from the Go module proxy, as the clusters that run our chart and rules
+have them: promtool 3 (Prometheus v3.16, module v0.316.0; Debian's is 2.42), cloudflare's
+`pint` rule linter, and prometheus-operator's CRD schemas (ServiceMonitor, PrometheusRule).
+
+Everything goes under `.cache/go/` at the repository root (its own module, build and bin
+directories, so a machine's Go caches are neither used nor filled). `./dev test` runs
+`python -m tests.harness.go_tools`; the tests never build (a missing tool fails them).
+
+promtool is built with `-tags remove_all_sd`: rule checks need no service discovery, and
+without the SDs' cloud SDKs it builds in ~2 min on 2 cores instead of ~4. pint is built from
+its downloaded module: `go install …/pint@v0.87.0` stops at the proxy's 403 for the module's
+version list (a deprecation lookup), which the download of one version does not make.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HOME = REPO / ".cache" / "go"
+PROMETHEUS = "github.com/prometheus/prometheus"
+PROMETHEUS_VERSION = "v0.316.0"  # Prometheus 3.16
+PINT = "github.com/cloudflare/pint"
+PINT_VERSION = "v0.87.0"
+OPERATOR = "github.com/prometheus-operator/prometheus-operator"
+OPERATOR_VERSION = "v0.85.0"
+_MARKER = ".installed"  # written last, naming what was built
+
+
+class InstallFailed(RuntimeError):
+    """go failed; the message carries its output's tail."""
+
+
+def promtool3(home: Path = HOME) -> Path:
+    return home / "bin" / "promtool"
+
+
+def pint(home: Path = HOME) -> Path:
+    return home / "bin" / "pint"
+
+
+def crd_dir(home: Path = HOME) -> Path:
+    """prometheus-operator's CRDs as it ships them (its `example/prometheus-operator-crd/`)."""
+    return home / "crds"
+
+
+def _wanted() -> str:
+    return " ".join((f"{PROMETHEUS}@{PROMETHEUS_VERSION}", f"{PINT}@{PINT_VERSION}",
+                     f"{OPERATOR}@{OPERATOR_VERSION}")) + "\n"
+
+
+def installed(home: Path = HOME) -> bool:
+    marker = home / _MARKER
+    return (marker.is_file() and marker.read_text() == _wanted()
+            and promtool3(home).is_file() and pint(home).is_file() and crd_dir(home).is_dir())
+
+
+def install(home: Path = HOME) -> Path:
+    """Fetch and build once; a second call returns at once."""
+    if installed(home):
+        return home
+    if shutil.which("go") is None:
+        raise InstallFailed("go not found: install Go >= 1.24 (the build machines have it)")
+    env = {**os.environ, "GOMODCACHE": str(home / "mod"), "GOCACHE": str(home / "build"),
+           "GOBIN": str(home / "bin"), "GOFLAGS": "-modcacherw -buildvcs=false",
+           "GOTOOLCHAIN": "local"}
+    home.mkdir(parents=True, exist_ok=True)
+    (home / _MARKER).unlink(missing_ok=True)
+    _run(["go", "install", "-tags", "remove_all_sd",
+          f"{PROMETHEUS}/cmd/promtool@{PROMETHEUS_VERSION}"], env, home)
+    pint_dir = _download(f"{PINT}@{PINT_VERSION}", env, home)
+    _run(["go", "build", "-o", str(pint(home)), "./cmd/pint"], env, pint_dir)
+    shipped = _download(f"{OPERATOR}@{OPERATOR_VERSION}", env, home) / "example" / \
+        "prometheus-operator-crd"
+    if not shipped.is_dir():
+        raise InstallFailed(f"{OPERATOR}@{OPERATOR_VERSION} holds no {shipped.name}/")
+    shutil.rmtree(crd_dir(home), ignore_errors=True)
+    shutil.copytree(shipped, crd_dir(home))
+    # The sources and objects (2.4 GB) are not needed once built: 120 MB are kept.
+    for scratch in ("mod", "build"):
+        shutil.rmtree(home / scratch, ignore_errors=True)
+    (home / _MARKER).write_text(_wanted())
+    return home
+
+
+def _download(module: str, env: dict[str, str], cwd: Path) -> Path:
+    said = json.loads(_run(["go", "mod", "download", "-json", module], env, cwd))
+    return Path(said["Dir"])
+
+
+def _run(argv: list[str], env: dict[str, str], cwd: Path) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+        raise InstallFailed(f"{' '.join(argv)} exited with {done.returncode}:\n{tail}")
+    return done.stdout
+
+
+def main() -> int:
+    try:
+        print(install())
+    except InstallFailed as exc:
+        print(f"go_tools: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
