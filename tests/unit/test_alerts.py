@@ -111,6 +111,24 @@ def test_promtool_unit_tests_pass(promtool):
     assert result.stdout.count("SUCCESS") == len(TEST_FILES) == 4
 
 
+def test_annotations_are_written_as_monitoring_mixins_write_them():
+    """The summary is one short sentence, the same for every alert of its name (a
+    notification's title, grouped), ending with a period; the description carries the labels
+    and values and ends with a period as rendered (the promtool tests' expected text)."""
+    for file, rule in committed_rules():
+        name, notes = rule["alert"], rule["annotations"]
+        summary = notes["summary"]
+        assert "{{" not in summary, f"{file}: {name}: a template in the summary"
+        assert summary.endswith(".") and summary[0].isupper(), f"{file}: {name}: {summary!r}"
+        assert len(summary) <= 80, f"{file}: {name}: the summary is long: {summary!r}"
+        assert "{{ $labels." in notes["description"], f"{file}: {name}: names nothing"
+    rendered = [(name, exp["exp_annotations"]["description"]) for name, case in unit_tests()
+                for exp in case.get("exp_alerts") or ()]
+    assert rendered
+    for name, description in rendered:
+        assert description.endswith("."), f"{name}: {description!r}"
+
+
 def test_every_alert_has_a_firing_and_a_quiet_case_asserting_labels_and_annotations():
     rules = {rule["alert"]: rule for _, rule in committed_rules()}
     cases = unit_tests()
