@@ -1,6 +1,7 @@
 """Tools the tests take from the Go module proxy, as the clusters that run our chart and rules
 have them: promtool 3 (Prometheus v3.16, module v0.316.0; Debian's is 2.42), cloudflare's
-`pint` rule linter, and prometheus-operator's CRD schemas (ServiceMonitor, PrometheusRule).
+`pint` rule linter, prometheus-operator's CRD schemas (ServiceMonitor, PrometheusRule), and
+`pss`, our few lines over Kubernetes' pod-security admission library (tests/tools/pss/).
 
 Everything goes under `.cache/go/` at the repository root (its own module, build and bin
 directories, so a machine's Go caches are neither used nor filled). `./dev test` runs
@@ -14,6 +15,7 @@ version list (a deprecation lookup), which the download of one version does not 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +31,7 @@ PINT = "github.com/cloudflare/pint"
 PINT_VERSION = "v0.87.0"
 OPERATOR = "github.com/prometheus-operator/prometheus-operator"
 OPERATOR_VERSION = "v0.85.0"
+PSS_SOURCE = REPO / "tests" / "tools" / "pss"
 _MARKER = ".installed"  # written last, naming what was built
 
 
@@ -44,20 +47,27 @@ def pint(home: Path = HOME) -> Path:
     return home / "bin" / "pint"
 
 
+def pss(home: Path = HOME) -> Path:
+    return home / "bin" / "pss"
+
+
 def crd_dir(home: Path = HOME) -> Path:
     """prometheus-operator's CRDs as it ships them (its `example/prometheus-operator-crd/`)."""
     return home / "crds"
 
 
 def _wanted() -> str:
+    sources = hashlib.sha256(b"".join(
+        (PSS_SOURCE / name).read_bytes() for name in ("go.mod", "go.sum", "main.go")))
     return " ".join((f"{PROMETHEUS}@{PROMETHEUS_VERSION}", f"{PINT}@{PINT_VERSION}",
-                     f"{OPERATOR}@{OPERATOR_VERSION}")) + "\n"
+                     f"{OPERATOR}@{OPERATOR_VERSION}", f"pss@{sources.hexdigest()[:16]}")) + "\n"
 
 
 def installed(home: Path = HOME) -> bool:
     marker = home / _MARKER
     return (marker.is_file() and marker.read_text() == _wanted()
-            and promtool3(home).is_file() and pint(home).is_file() and crd_dir(home).is_dir())
+            and all(p.is_file() for p in (promtool3(home), pint(home), pss(home)))
+            and crd_dir(home).is_dir())
 
 
 def install(home: Path = HOME) -> Path:
@@ -75,6 +85,7 @@ def install(home: Path = HOME) -> Path:
           f"{PROMETHEUS}/cmd/promtool@{PROMETHEUS_VERSION}"], env, home)
     pint_dir = _download(f"{PINT}@{PINT_VERSION}", env, home)
     _run(["go", "build", "-o", str(pint(home)), "./cmd/pint"], env, pint_dir)
+    _run(["go", "build", "-o", str(pss(home)), "."], env, PSS_SOURCE)
     shipped = _download(f"{OPERATOR}@{OPERATOR_VERSION}", env, home) / "example" / \
         "prometheus-operator-crd"
     if not shipped.is_dir():
@@ -86,6 +97,18 @@ def install(home: Path = HOME) -> Path:
         shutil.rmtree(home / scratch, ignore_errors=True)
     (home / _MARKER).write_text(_wanted())
     return home
+
+
+def pod_security(workloads: list[dict], level: str = "restricted",
+                 home: Path = HOME) -> list[dict]:
+    """Kubernetes' pod-security admission's verdict on each workload's pod template, in
+    order: {"kind", "name", "allowed", "reasons", "details"}."""
+    lines = "".join(json.dumps(w) + "\n" for w in workloads)
+    done = subprocess.run([str(pss(home)), "-level", level], input=lines, capture_output=True,
+                          text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"pss exited with {done.returncode}: {done.stderr}")
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def _download(module: str, env: dict[str, str], cwd: Path) -> Path:

@@ -1,8 +1,10 @@
 """The Helm chart, linted and rendered by Helm itself (helm-python-sdk bundles Helm v4).
 
 Rendered core manifests are validated against Kubernetes' OpenAPI schemas
-(kubernetes-validate, offline); the prometheus-operator kinds are checked for what matters to
-this exporter (selection, job label, rule groups) since no offline schema ships for them.
+(kubernetes-validate, offline) and the pod against the `restricted` Pod Security Standard by
+Kubernetes' own admission library; the prometheus-operator kinds are checked here for what
+matters to this exporter (selection, job label, rule groups), and against the operator's CRD
+schemas in test_checked_by_cluster_tools.py.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from exporter.generate import alerts, dashboards
 from exporter.generate import all as generate_all
 from exporter.generate import helm as helm_generate
 from exporter.generate.thresholds import DEFAULT_SELECTOR, EXPORTER_JOB
+from tests.harness import go_tools
 
 # Helm's own Go code renders the chart here (helm-python-sdk's native library): a tool.
 pytestmark = pytest.mark.tools
@@ -254,50 +257,23 @@ def test_network_policy_opens_the_metrics_port_only_and_restricts_egress_when_as
     assert "from" not in open_egress["ingress"][0]
 
 
-# Pod Security Standards, profile `restricted` (Kubernetes' pod-security admission): the
-# checks that apply to what the chart can render.
-_RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
-                       "persistentVolumeClaim", "projected", "secret"}
+# Pod Security Standards, profile `restricted`: judged by Kubernetes' own pod-security admission
+# library (tests/tools/pss, built by tests/harness/go_tools.py), as a namespace labelled
+# pod-security.kubernetes.io/enforce=restricted would judge the pod.
 
-
-def restricted_violations(pod: dict[str, Any]) -> list[str]:
-    spec, found = pod["spec"], []
-    pod_ctx = spec.get("securityContext", {})
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(key):
-            found.append(f"{key} is set")
-    for volume in spec.get("volumes", []):
-        kinds = set(volume) - {"name"}
-        if not kinds <= _RESTRICTED_VOLUMES:
-            found.append(f"volume {volume['name']} is {sorted(kinds)}")
-    for c in spec.get("containers", []) + spec.get("initContainers", []):
-        ctx = c.get("securityContext", {})
-        name = c["name"]
-        if ctx.get("privileged"):
-            found.append(f"{name}: privileged")
-        if ctx.get("allowPrivilegeEscalation") is not False:
-            found.append(f"{name}: allowPrivilegeEscalation is not false")
-        caps = ctx.get("capabilities", {})
-        if "ALL" not in caps.get("drop", []):
-            found.append(f"{name}: capabilities do not drop ALL")
-        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
-            found.append(f"{name}: adds capabilities {caps['add']}")
-        if not ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")):
-            found.append(f"{name}: runAsNonRoot is not true")
-        if ctx.get("runAsUser", pod_ctx.get("runAsUser")) == 0:
-            found.append(f"{name}: runs as uid 0")
-        seccomp = ctx.get("seccompProfile", pod_ctx.get("seccompProfile", {}))
-        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
-            found.append(f"{name}: seccompProfile is not RuntimeDefault or Localhost")
-        if any(p.get("hostPort") for p in c.get("ports", [])):
-            found.append(f"{name}: hostPort")
-    return found
+def restricted_violations(workload: dict[str, Any]) -> list[str]:
+    """What the admission forbids in the workload's pod template: its reasons with details."""
+    if not go_tools.installed():
+        pytest.fail("pss is not built: run `python -m tests.harness.go_tools` (./dev test does)")
+    (verdict,) = go_tools.pod_security([workload])
+    assert verdict["allowed"] == (verdict["reasons"] == []), verdict
+    return [f"{r}: {d}" if d else r
+            for r, d in zip(verdict["reasons"], verdict["details"], strict=True)]
 
 
 @pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
 def test_the_pod_meets_the_restricted_pod_security_standard(values):
-    pod = one(render(values), "Deployment")["spec"]["template"]
-    assert restricted_violations(pod) == []
+    assert restricted_violations(one(render(values), "Deployment")) == []
 
 
 def test_the_restricted_check_can_fail():
@@ -305,12 +281,11 @@ def test_the_restricted_check_can_fail():
              "securityContext": {"allowPrivilegeEscalation": True, "capabilities": {"drop": []}},
              "extraVolumes": [{"name": "host", "hostPath": {"path": "/var/log"}}],
              "extraVolumeMounts": [{"name": "host", "mountPath": "/host"}]}
-    found = restricted_violations(one(render(loose), "Deployment")["spec"]["template"])
-    assert "exporter: runAsNonRoot is not true" in found
-    assert "exporter: runs as uid 0" in found
-    assert "exporter: allowPrivilegeEscalation is not false" in found
-    assert "exporter: capabilities do not drop ALL" in found
-    assert "volume host is ['hostPath']" in found
+    found = " | ".join(restricted_violations(one(render(loose), "Deployment")))
+    for reason in ("allowPrivilegeEscalation != false", "unrestricted capabilities",
+                   "runAsNonRoot != true", "runAsUser=0",
+                   'restricted volume types: volume "host" uses restricted volume type "hostPath"'):
+        assert reason in found, found
 
 
 @pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-on"])
@@ -678,7 +653,7 @@ def test_per_broker_mode_is_a_statefulset_whose_pods_pick_their_broker(tmp_path:
            for e in c["env"]}
     assert env["POD_NAME"] == "metadata.name"
     assert env["POD_INDEX"] == "metadata.labels['apps.kubernetes.io/pod-index']"
-    assert restricted_violations(sts["spec"]["template"]) == []
+    assert restricted_violations(sts) == []
     # What pod 2 reads: its broker, and itself as the participant.
     path = tmp_path / "config.yaml"
     path.write_text(config_map(docs)["data"]["config.yaml"])
