@@ -1,8 +1,10 @@
 """The docs hold together: every relative link and anchor in the Markdown resolves, the README
-stays a front page that links to every doc, and every doc links back to it."""
+stays a front page that links to every doc, every doc links back to it, and the README's
+configs load."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -84,3 +86,19 @@ def test_every_doc_links_back_to_the_readme(path):
     readme = (ROOT / "README.md").resolve()
     targets = [urlsplit(t).path for _, t in markdown.links(path.read_text(encoding="utf-8"))]
     assert any(t and (path.parent / t).resolve() == readme for t in targets)
+
+
+def test_every_config_in_the_readme_validates(tmp_path):
+    """The README's YAML blocks that are exporter configs (they name a `cluster`) load as
+    `validate-config` loads them: a first config copied from the front page works."""
+    from exporter.config.load import load
+
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", text, flags=re.M | re.S)
+    configs = [b for b in blocks if re.search(r"^cluster:", b, flags=re.M)]
+    assert configs, "the README shows no config"
+    for i, block in enumerate(configs):
+        path = tmp_path / f"readme-{i}.yaml"
+        path.write_text(block)
+        config = load(path)
+        assert config.cluster and config.sources.brokers
