@@ -34,13 +34,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from tests.harness.apache_pulsar import apache_pulsar_fixture
+from tests.harness.apache_pulsar import ApachePulsar, apache_pulsar_fixture
+from tests.harness.apache_pulsar_install import VERSION_OVERRIDES, VERSIONS
 from tests.harness.process import require_binary
 
 TESTS = Path(__file__).resolve().parent
@@ -63,6 +64,7 @@ TIERS: dict[str, str] = {
 # marks the test.
 FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
     "apache_pulsar": ("apache",),
+    "apache_pulsar_of": ("apache",),
     "apache_cluster": ("cluster",),
     "pulsar_lite": ("lite",),
     "promtool": ("tools",),
@@ -108,6 +110,23 @@ settings.register_profile("dev", max_examples=10, deadline=None)
 # tests of pipeline/otel.py: measured on 2 cores, no start time beyond the noise (15.1 s
 # against 16.4 s, medians of 3) and about 25 MiB more resident (480 MiB against 453).
 apache_pulsar = apache_pulsar_fixture(scope="session", otel=True)
+
+
+@pytest.fixture(scope="session", params=VERSIONS)
+def apache_pulsar_of(request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApachePulsar]:
+    """A standalone of each version of the matrix (tests/integration/
+    test_apache_pulsar_versions.py), configured as `apache_pulsar` plus the version's own
+    keys (VERSION_OVERRIDES). pytest orders the tests by this session parameter and
+    finalizes one version's broker before it starts the next: one runs at a time."""
+    broker = ApachePulsar(tmp_path_factory.mktemp(f"apache-pulsar-{request.param}"),
+                          version=request.param, otel=True,
+                          overrides=VERSION_OVERRIDES.get(request.param))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
 
 
 def _program(name: str):

@@ -1,6 +1,7 @@
 """A real Apache Pulsar standalone broker for tests (`bin/pulsar standalone -nfw -nss`).
 
-Installed by `./dev test` (tests/harness/apache_pulsar_install.py); a missing install raises
+Installed by `./dev test` (tests/harness/apache_pulsar_install.py), 4.0.8 unless `version`
+names another of its VERSIONS; a missing install raises
 `ApachePulsarMissing` and fails the fixture, never skips. Facts measured on 4.0.8 that the
 code accounts for:
 - `bin/pulsar` changes to the install directory before starting the JVM, so relative data
@@ -135,7 +136,7 @@ class BrokerWeb:
 
     @property
     def metrics_url(self) -> str:
-        """What an operator types: the broker answers it with a 302 to /metrics/."""
+        """What an operator types: the broker redirects it to /metrics/ (302; 4.2: 301)."""
         return f"{self.web_url}/metrics"
 
     def admin(self, method: str, path: str, body: object = None, timeout: float = 10) -> Any:
@@ -195,11 +196,13 @@ class ApachePulsar(BrokerWeb, Workload):
     client_timeout = 30
     consume_idle = 2.0
 
-    def __init__(self, workdir: Path, *, pulsar_home: Path | None = None, heap: str = "1g",
+    def __init__(self, workdir: Path, *, version: str = VERSION,
+                 pulsar_home: Path | None = None, heap: str = "1g",
                  direct_memory: str = "1g", resource_usage_transport: bool = True,
                  otel: bool = False, overrides: Mapping[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
-        self.home = pulsar_home or home()
+        self.version = version
+        self.home = pulsar_home or home(version)
         self.heap, self.direct_memory = heap, direct_memory
         self.resource_usage_transport = resource_usage_transport
         self.otel = otel
@@ -208,6 +211,7 @@ class ApachePulsar(BrokerWeb, Workload):
         self.port = self.web_port = self.bookie_port = self.otel_port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.start_seconds: float | None = None  # the last start(), both phases
+        self.ready_rss_bytes: int | None = None  # the JVM's resident memory once ready
 
     # --- where things are -----------------------------------------------------------------
     @property
@@ -241,7 +245,7 @@ class ApachePulsar(BrokerWeb, Workload):
         ready; on failure the process group is stopped and `BrokerFailed` carries the log."""
         if not installed(self.home):
             raise ApachePulsarMissing(
-                f"Apache Pulsar {VERSION} is not installed at {self.home}: run ./dev test, or "
+                f"Apache Pulsar {self.version} is not installed at {self.home}: run ./dev test, or "
                 "python -m tests.harness.apache_pulsar_install (Maven and a JDK >= 17)")
         began = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -255,6 +259,7 @@ class ApachePulsar(BrokerWeb, Workload):
             self.stop()
         self._launch(transport=self.resource_usage_transport, deadline=deadline)
         self.start_seconds = time.monotonic() - began
+        self.ready_rss_bytes = self.rss_bytes()
         return self
 
     def _conf(self, transport: bool) -> Path:
