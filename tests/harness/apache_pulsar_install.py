@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from tests.harness.apache_pulsar_artifacts import assemble
+from tests.harness.process import InstallFailed, run_or_fail
 
 VERSION = "4.0.8"
 VERSIONS = ("4.0.8", "4.2.4")  # the matrix; VERSION is the default everywhere
@@ -45,10 +45,6 @@ UNAVAILABLE = {
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 _MARKER = ".installed"  # written last: a half-unpacked tree is never taken for an install
-
-
-class InstallFailed(RuntimeError):
-    """Maven or tar failed; the message carries their output."""
 
 
 def home(version: str = VERSION, cache: Path = CACHE) -> Path:
@@ -103,10 +99,7 @@ def install(version: str = VERSION, cache: Path = CACHE) -> Path:
 
 
 def _run(argv: list[str]) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
-        raise InstallFailed(f"{' '.join(argv)} exited with {done.returncode}:\n{tail}")
+    run_or_fail(argv)
 
 
 def main() -> int:

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.harness.process import InstallFailed, run_or_fail
+
 REPO = Path(__file__).resolve().parents[2]
 HOME = REPO / ".cache" / "go"
 PROMETHEUS = "github.com/prometheus/prometheus"
@@ -33,10 +35,6 @@ OPERATOR = "github.com/prometheus-operator/prometheus-operator"
 OPERATOR_VERSION = "v0.85.0"
 PSS_SOURCE = REPO / "tests" / "tools" / "pss"
 _MARKER = ".installed"  # written last, naming what was built
-
-
-class InstallFailed(RuntimeError):
-    """go failed; the message carries its output's tail."""
 
 
 def promtool3(home: Path = HOME) -> Path:
@@ -117,11 +115,7 @@ def _download(module: str, env: dict[str, str], cwd: Path) -> Path:
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, check=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
-        raise InstallFailed(f"{' '.join(argv)} exited with {done.returncode}:\n{tail}")
-    return done.stdout
+    return run_or_fail(argv, env=env, cwd=cwd)
 
 
 def main() -> int:

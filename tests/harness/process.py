@@ -175,3 +175,19 @@ class ManagedProcess:
 
     def _returncode(self) -> object:
         return self._process.returncode if self._process is not None else "not started"
+
+
+class InstallFailed(RuntimeError):
+    """A tool the test command installs (Apache Pulsar, the Go tools) could not be fetched or
+    built; the message carries the command's output's tail."""
+
+
+def run_or_fail(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                cwd: Path | None = None) -> str:
+    """Run an install step; its stdout, or InstallFailed with the last 20 lines."""
+    done = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=cwd,
+                          check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+        raise InstallFailed(f"{' '.join(argv)} exited with {done.returncode}:\n{tail}")
+    return done.stdout
