@@ -157,11 +157,12 @@ class SheddingStrategy(StrEnum):
     THRESHOLD = "threshold"  # ThresholdShedder: Pulsar's default since 2.10
     UNIFORM = "uniform"  # UniformLoadShedder
     OVERLOAD = "overload"  # OverloadShedder
+    AVG = "avg"  # AvgShedder: Pulsar 5.0's default (engine/avgshedder.py)
 
     @property
     def pulsar_class(self) -> str:
         simple = {"threshold": "ThresholdShedder", "uniform": "UniformLoadShedder",
-                  "overload": "OverloadShedder"}[self.value]
+                  "overload": "OverloadShedder", "avg": "AvgShedder"}[self.value]
         return f"{PULSAR_SHEDDER_PACKAGE}.{simple}"
 
 
@@ -202,6 +203,12 @@ class LoadManager:
     max_unload_bundle_num_per_shedding: int = -1  # -1: no limit
     min_unload_message: int = 1000  # msgs/s
     min_unload_message_throughput: int = 1024 * 1024  # bytes/s
+    # AvgShedder (loadBalancerAvgShedder*): score gaps in percentage points, and how many
+    # consecutive runs a gap must last; it also uses the three keys above.
+    avg_shedder_low_threshold: int = 15  # Pulsar's keys are int
+    avg_shedder_high_threshold: int = 40
+    avg_shedder_hit_count_low_threshold: int = 8
+    avg_shedder_hit_count_high_threshold: int = 2
 
 
 @dataclass(frozen=True)

@@ -289,6 +289,12 @@ def load_manager(r: Reader, value: object, path: str) -> LoadManager:
         min_unload_message=get("min_unload_message", cv.integer(0)),
         min_unload_message_throughput=get("min_unload_message_throughput",
                                           lambda v: int(_byte_rate_or_zero(v))),
+        avg_shedder_low_threshold=get("avg_shedder_low_threshold", cv.integer(0)),
+        avg_shedder_high_threshold=get("avg_shedder_high_threshold", cv.integer(0)),
+        avg_shedder_hit_count_low_threshold=get("avg_shedder_hit_count_low_threshold",
+                                                cv.integer(0)),
+        avg_shedder_hit_count_high_threshold=get("avg_shedder_hit_count_high_threshold",
+                                                 cv.integer(0)),
     )
 
 
@@ -299,8 +305,6 @@ _SHEDDERS = {
     for name in (strategy.value, strategy.pulsar_class.rpartition(".")[2],
                  strategy.pulsar_class)
 }
-# Shedders Pulsar 4.0 ships that the engine does not model (a did-you-mean would mislead).
-_UNMODELLED = ("AvgShedder",)
 
 
 def _shedding_strategy(value: object) -> SheddingStrategy:
@@ -309,8 +313,6 @@ def _shedding_strategy(value: object) -> SheddingStrategy:
         raise expected(f"one of {short} (or Pulsar's class name)", value)
     if value in _SHEDDERS:
         return _SHEDDERS[value]
-    if value.rpartition(".")[2] in _UNMODELLED:
-        raise ValueError(f"'{value}' is not modelled; use one of {short}")
     close = difflib.get_close_matches(value, tuple(_SHEDDERS), n=1)
     hint = (f" (did you mean '{close[0]}'?)" if close
             else f" (expected one of {short}, or Pulsar's class name such as "

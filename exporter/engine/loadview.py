@@ -49,6 +49,7 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from exporter.config.model import LoadManager, SheddingStrategy
+from exporter.engine.avgshedder import AvgHits
 from exporter.engine.loadbalance import (
     BrokerLoad,
     BrokerVerdict,
@@ -165,6 +166,7 @@ class LoadState:
 
     history: ThresholdHistory = field(default_factory=ThresholdHistory)
     moves: BundleMoves = BundleMoves()
+    hits: AvgHits = field(default_factory=AvgHits)  # AvgShedder's hit counts
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,8 @@ def evaluate_load(agg: Aggregates, admin: AdminSnapshot | None, cfg: LoadManager
             bundles=bundles,
         ))
     shedding = shed([load for _, load in loads.values()], cfg, history=state.history,
-                    recently_unloaded=recently, alive=frozenset(ids.values()), now=now)
+                    hits=state.hits, recently_unloaded=recently,
+                    alive=frozenset(ids.values()), now=now)
     judged = [Judged(loads[v.broker][0], loads[v.broker][1], v) for v in shedding.verdicts]
     whole = _whole(shares)
     return LoadResult(
@@ -317,5 +320,5 @@ def evaluate_load(agg: Aggregates, admin: AdminSnapshot | None, cfg: LoadManager
         strategy=shedding.strategy,
         skipped=shedding.skipped,
         recently_unloaded=recently,
-        state=LoadState(shedding.history, moves),
+        state=LoadState(shedding.history, moves, shedding.hits),
     )

@@ -9,6 +9,7 @@ configured `LoadSheddingStrategy` which bundles to unload, per broker:
 - `OverloadShedder`: loadbalance.broker_verdict.
 - `ThresholdShedder` (the default since 2.10): `threshold_shedder`.
 - `UniformLoadShedder`: `uniform_shedder`.
+- `AvgShedder` (5.0's default): avgshedder.avg_shedder, its hit counts in `AvgHits`.
 
 `shed` applies the leader's rules and the configured strategy. The verdicts are the
 strategy's picks: the leader then still skips a bundle whose namespace isolation or
@@ -25,13 +26,14 @@ started from the first observation, as Pulsar starts it (a new leader starts afr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
 from exporter.config.model import LoadManager, SheddingStrategy
+from exporter.engine.avgshedder import NO_HITS, AvgHits, avg_shedder
+from exporter.engine.javamath import INT_MAX, INT_MIN, java_int
 from exporter.engine.loadbalance import (
     BrokerLoad,
     BrokerVerdict,
@@ -54,8 +56,6 @@ LOWER_BOUNDARY_MARGIN = 0.5
 # still required by DELTA; the minima start at Integer.MAX_VALUE.
 UNIFORM_EPS = 1e-6
 UNIFORM_DELTA = 1000
-_INT_MAX = 2**31 - 1
-_INT_MIN = -(2**31)
 
 
 def _frozen(mapping: Mapping[str, float]) -> Mapping[str, float]:
@@ -82,12 +82,14 @@ class SkipReason(StrEnum):
 @dataclass(frozen=True)
 class Shedding:
     """One shedding run: a verdict per broker (the input's order), why nothing was
-    considered (None: the strategy ran) and the history for the next cycle."""
+    considered (None: the strategy ran) and the history (or AvgShedder's hit counts)
+    for the next cycle."""
 
     strategy: SheddingStrategy
     verdicts: tuple[BrokerVerdict, ...]
     skipped: SkipReason | None
     history: ThresholdHistory
+    hits: AvgHits = field(default_factory=AvgHits)
 
     @property
     def unload(self) -> dict[str, tuple[str, ...]]:
@@ -96,12 +98,13 @@ class Shedding:
 
 
 def shed(loads: Sequence[BrokerLoad], cfg: LoadManager, *,
-         history: ThresholdHistory = ThresholdHistory(),
+         history: ThresholdHistory = ThresholdHistory(), hits: AvgHits = NO_HITS,
          recently_unloaded: frozenset[str] = frozenset(),
          alive: frozenset[str] | None = None, now: float | None = None) -> Shedding:
     """`doLoadShedding` with the configured strategy. `alive`: the brokers alive, with or
     without load (default: those in `loads`), for the at-least-two rule; the history is
-    pruned to them (Pulsar's `onActiveBrokersChange`) and committed when
+    pruned to them (Pulsar's `onActiveBrokersChange`; AvgShedder's `hits` likewise) and
+    committed when
     `shedding_interval` has passed since the last commit (always when `now` is None);
     between commits the verdict is what the leader would decide if it ran now."""
     loads = sorted(loads, key=lambda load: load.broker)
@@ -117,6 +120,12 @@ def shed(loads: Sequence[BrokerLoad], cfg: LoadManager, *,
         return Shedding(cfg.load_shedding_strategy,
                         tuple(idle_verdict(load, cfg) for load in loads), skipped, kept)
     strategy = cfg.load_shedding_strategy
+    if strategy is SheddingStrategy.AVG:
+        kept_hits = hits.pruned(alive)
+        verdicts, counted = avg_shedder(loads, cfg, kept_hits, recently_unloaded)
+        due = now is None or kept_hits.at is None or now - kept_hits.at >= cfg.shedding_interval
+        after_hits = AvgHits(counted.high, counted.low, now) if due else kept_hits
+        return Shedding(strategy, verdicts, None, ThresholdHistory(), after_hits)
     if strategy is SheddingStrategy.THRESHOLD:
         verdicts, usage, zero = threshold_shedder(loads, cfg, kept.usage, recently_unloaded)
         due = now is None or kept.at is None or now - kept.at >= cfg.shedding_interval
@@ -219,20 +228,9 @@ def lower_boundary(loads: Sequence[BrokerLoad], cfg: LoadManager, usage: Mapping
 
 # --- UniformLoadShedder -----------------------------------------------------------------
 
-def java_int(value: float) -> int:
-    """Java's `(int)` of a double: truncated toward 0, saturated at the int range, NaN → 0."""
-    if math.isnan(value):
-        return 0
-    if value >= _INT_MAX:
-        return _INT_MAX
-    if value <= _INT_MIN:
-        return _INT_MIN
-    return math.trunc(value)
-
-
 def _wrap(value: int) -> int:
     """Java int arithmetic: two's-complement wrap-around."""
-    return (value - _INT_MIN) % 2**32 + _INT_MIN
+    return (value - INT_MIN) % 2**32 + INT_MIN
 
 
 def uniform_shedder(loads: Sequence[BrokerLoad], cfg: LoadManager,
@@ -293,7 +291,7 @@ def _extremes(loads: Sequence[BrokerLoad], value: Mapping[str, float],
     """(the broker with the max, the max, the min): strict comparisons from −1 and
     Integer.MAX_VALUE, so the first of equals wins (loads are in broker-id order); a min
     within ±1e-6 of 0 becomes 1.0 (Pulsar's guard against dividing by 0)."""
-    top, low = -1.0, float(_INT_MAX)
+    top, low = -1.0, float(INT_MAX)
     top_broker = loads[0].broker
     for load in loads:
         if value[load.broker] > top:

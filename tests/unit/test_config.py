@@ -297,6 +297,9 @@ def test_load_manager_defaults_are_pulsar_4_0s() -> None:
     ("overload", SheddingStrategy.OVERLOAD),
     ("OverloadShedder", SheddingStrategy.OVERLOAD),
     ("org.apache.pulsar.broker.loadbalance.impl.OverloadShedder", SheddingStrategy.OVERLOAD),
+    ("avg", SheddingStrategy.AVG),
+    ("AvgShedder", SheddingStrategy.AVG),
+    ("org.apache.pulsar.broker.loadbalance.impl.AvgShedder", SheddingStrategy.AVG),
 ])
 def test_shedding_strategy_takes_pulsars_class_names(name: str,
                                                      strategy: SheddingStrategy) -> None:
@@ -568,18 +571,12 @@ CASES = [
     (
         {"load_manager": {"load_shedding_strategy": "round-robin"}},
         "load_manager.load_shedding_strategy",
-        "(expected one of threshold, uniform, overload, or Pulsar's class name",
-    ),
-    (
-        {"load_manager": {"load_shedding_strategy":
-                          "org.apache.pulsar.broker.loadbalance.impl.AvgShedder"}},
-        "load_manager.load_shedding_strategy",
-        "is not modelled; use one of threshold, uniform, overload",
+        "(expected one of threshold, uniform, overload, avg, or Pulsar's class name",
     ),
     (
         {"load_manager": {"load_shedding_strategy": ["threshold"]}},
         "load_manager.load_shedding_strategy",
-        "expected one of threshold, uniform, overload (or Pulsar's class name), found a list",
+        "expected one of threshold, uniform, overload, avg (or Pulsar's class name), found a list",
     ),
     (
         {"load_manager": {"shedding_enabled": "false"}},
