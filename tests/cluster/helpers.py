@@ -5,9 +5,12 @@ Spark task runs)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 
 import pulsar
 
@@ -138,3 +141,44 @@ def one_topic_per_broker(cluster: ApacheCluster, prefix: str) -> tuple[str, dict
     owners = spread(cluster, topics)
     return ns, {b.broker_id: next(t for t in topics if owners[t] == b.broker_id)
                 for b in cluster.brokers}
+
+
+@dataclass(frozen=True)
+class Unload:
+    """A bundle the leader's shedder picked. `destination` is the broker its placement chose:
+    the source itself when the leader then kept the bundle where it was."""
+
+    at: float  # epoch seconds, from the log line's timestamp
+    bundle: str  # the hash range
+    source: str
+    destination: str
+
+
+_BUNDLE = r"(\S+)/(0x[0-9a-f]+_0x[0-9a-f]+)"
+
+
+def leader_unloads(leader: ClusterBroker, ns: str, shedder: str = "UniformLoadShedder",
+                   ) -> list[Unload]:
+    """The bundles of `ns` that `leader`'s `shedder` picked, oldest first: one line per bundle
+    in `ModularLoadManagerImpl.doLoadShedding`, whether it then unloaded the bundle or kept
+    it because placement chose the bundle's owner (CI saw four shedding runs in a row kept
+    so; which broker placement picks is not what this test compares)."""
+    unload_line = re.compile(r"^(\S+) .*\[" + shedder + r"\] Unloading bundle: " + _BUNDLE
+                             + r" from broker (\S+) to dest broker (\S+)$")
+    # The same pick, skipped: placement (`LeastLongTermMessageRate`) chose the bundle's owner.
+    kept_line = re.compile(r"^(\S+) .*\[" + shedder + r"\] The destination broker (\S+) is "
+                           r"the same as the current owner broker for Bundle " + _BUNDLE + "$")
+    assert leader.process is not None
+    found = []
+    for line in leader.process.log().splitlines():
+        if match := unload_line.match(line):
+            at, bundle_ns, bundle, source, destination = match.groups()
+        elif match := kept_line.match(line):
+            at, source, bundle_ns, bundle = match.groups()
+            destination = source
+        else:
+            continue
+        if bundle_ns == ns:
+            found.append(Unload(datetime.strptime(at, "%Y-%m-%dT%H:%M:%S,%f%z").timestamp(),
+                                bundle, source, destination))
+    return found

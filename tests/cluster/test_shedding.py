@@ -5,28 +5,26 @@ leader's shedder picks compared with the bundles our verdict names.
 Why UniformLoadShedder: on one host every broker reads the same host-wide CPU and NIC
 counters (Pulsar's `LinuxBrokerHostUsageImpl` counts physical NICs only, not loopback), and
 memory has no weight in 4.0, so ThresholdShedder and OverloadShedder see equal brokers and
-never pick one here; UniformLoadShedder compares the brokers' message rates, which the test
-controls. Its own cluster: the package's brokers keep Pulsar's default shedder, whose
+never pick one here (test_shedding_threshold.py gives each broker a cgroup of its own, as a
+pod has, so that their CPU differs); UniformLoadShedder compares the brokers' message rates,
+which the test controls. Its own cluster: the package's brokers keep Pulsar's default shedder, whose
 minimum throughput (10 MB/s) no other test reaches, so their bundles stay where tests put
 them.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime
 
 import pytest
 
 from exporter.config.load import parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.cycle import Exporter
-from tests.cluster.helpers import namespace, produce_at, unload
-from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker
+from tests.cluster.helpers import Unload, leader_unloads, namespace, produce_at, unload
+from tests.harness.apache_cluster import CLUSTER, ApacheCluster
 from tests.harness.pulsar import Metrics
 from tests.harness.wait import poll
 
@@ -96,7 +94,7 @@ def test_our_verdict_names_the_bundles_the_leader_unloads(
             report = exporter.cycle()
             verdicts[-1][1].update(s.labels["bundle"] for s in Metrics(
                 report.body.decode()).find(CANDIDATE, namespace=ns) if s.value == 1)
-            return _unloads(cluster.broker_named(cluster.leader()), ns)
+            return leader_unloads(cluster.broker_named(cluster.leader()), ns)
 
         # The leader sheds only once we have a verdict to compare: it could otherwise act
         # on its first load report before our second cycle has rates (a dynamic setting).
@@ -114,7 +112,7 @@ def test_our_verdict_names_the_bundles_the_leader_unloads(
     # The leader unloads a run's bundles one REST call after another: read its log again
     # once the run is surely over, and keep that run's lines.
     time.sleep(10)
-    unloads = _unloads(cluster.broker_named(cluster.leader()), ns) or unloads
+    unloads = leader_unloads(cluster.broker_named(cluster.leader()), ns) or unloads
     run = [u for u in unloads if u.at - unloads[0].at < 5.0]  # one shedding run
     before = [named for began, named in verdicts if began < run[0].at]
     ours = before[-1] if before else set()
@@ -129,43 +127,3 @@ def test_our_verdict_names_the_bundles_the_leader_unloads(
     # and not in others (its load report did not always list it), so it is not compared.
     busy = set(bundles.values())
     assert busy <= ours and busy <= {u.bundle for u in run}, (busy, ours, run)
-
-
-@dataclass(frozen=True)
-class Unload:
-    """A bundle the leader's shedder picked. `destination` is the broker its placement chose:
-    the source itself when the leader then kept the bundle where it was."""
-
-    at: float  # epoch seconds, from the log line's timestamp
-    bundle: str  # the hash range
-    source: str
-    destination: str
-
-
-_BUNDLE = r"(\S+)/(0x[0-9a-f]+_0x[0-9a-f]+)"
-_UNLOAD = re.compile(r"^(\S+) .*\[UniformLoadShedder\] Unloading bundle: " + _BUNDLE
-                     + r" from broker (\S+) to dest broker (\S+)$")
-# The same pick, skipped: placement (`LeastLongTermMessageRate`) chose the bundle's owner.
-_KEPT = re.compile(r"^(\S+) .*\[UniformLoadShedder\] The destination broker (\S+) is the same "
-                   r"as the current owner broker for Bundle " + _BUNDLE + "$")
-
-
-def _unloads(leader: ClusterBroker, ns: str) -> list[Unload]:
-    """The bundles of `ns` that `leader`'s shedder picked, oldest first: one line per bundle
-    in `ModularLoadManagerImpl.doLoadShedding`, whether it then unloaded the bundle or kept
-    it because placement chose the bundle's owner (CI saw four shedding runs in a row kept
-    so; which broker placement picks is not what this test compares)."""
-    assert leader.process is not None
-    found = []
-    for line in leader.process.log().splitlines():
-        if match := _UNLOAD.match(line):
-            at, bundle_ns, bundle, source, destination = match.groups()
-        elif match := _KEPT.match(line):
-            at, source, bundle_ns, bundle = match.groups()
-            destination = source
-        else:
-            continue
-        if bundle_ns == ns:
-            found.append(Unload(datetime.strptime(at, "%Y-%m-%dT%H:%M:%S,%f%z").timestamp(),
-                                bundle, source, destination))
-    return found

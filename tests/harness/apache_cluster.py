@@ -92,6 +92,17 @@ def _env(workdir: Path, memory: str, **conf: Path) -> dict[str, str]:
     return env
 
 
+# The JVM's container metrics (jdk.internal.platform, which Pulsar's LinuxInfoUtils uses
+# when the provider is cgroupv1/v2) read the process's own cgroup: a broker moved into a
+# cpu + cpuacct cgroup of its own reports its own CPU usage, not the host's, as in a pod.
+_OWN_CGROUP = """set -e; name=$1; shift
+for c in cpu cpuacct; do
+  mkdir -p /sys/fs/cgroup/$c/$name; echo $$ > /sys/fs/cgroup/$c/$name/cgroup.procs
+done
+exec "$@"
+"""
+
+
 class ClusterBroker(BrokerWeb, Workload):
     """One broker of the cluster, in `workdir`; its ports are fixed at construction, so a
     restart comes back at the same address (as a broker host would)."""
@@ -100,8 +111,10 @@ class ClusterBroker(BrokerWeb, Workload):
     consume_idle = 2.0
 
     def __init__(self, cluster: ApacheCluster, name: str, *, heap: str = "512m",
-                 direct_memory: str = "512m", overrides: Mapping[str, str] | None = None):
+                 direct_memory: str = "512m", overrides: Mapping[str, str] | None = None,
+                 own_cgroup: bool = False):
         self.cluster, self.name = cluster, name
+        self.own_cgroup = own_cgroup
         self.workdir = cluster.workdir / name
         self.port, self.web_port = free_ports(2)
         self.heap, self.direct_memory = heap, direct_memory
@@ -130,8 +143,11 @@ class ClusterBroker(BrokerWeb, Workload):
         conf = _conf(self.cluster.home / "conf" / "broker.conf", keys,
                      self.workdir / "broker.conf")
         memory = f"-Xms64m -Xmx{self.heap} -XX:MaxDirectMemorySize={self.direct_memory}"
+        command: list[str | Path] = [self.cluster.home / "bin" / "pulsar", "broker"]
+        if self.own_cgroup:  # its own cpu/cpuacct cgroup (v1): see _OWN_CGROUP
+            command = ["sh", "-c", _OWN_CGROUP, "sh", self._cgroup, *command]
         self.process = ManagedProcess(
-            "broker", [self.cluster.home / "bin" / "pulsar", "broker"], self.workdir,
+            "broker", command, self.workdir,
             env=_env(self.workdir, memory, PULSAR_BROKER_CONF=conf)).start()
         return self
 
@@ -142,6 +158,14 @@ class ClusterBroker(BrokerWeb, Workload):
     def stop(self, grace: float = 10.0) -> None:
         if self.process is not None:
             self.process.stop(grace)
+        if self.own_cgroup:  # empty once the JVM is gone; a restart makes it again
+            for controller in ("cpu", "cpuacct"):
+                with contextlib.suppress(OSError):
+                    os.rmdir(f"/sys/fs/cgroup/{controller}/{self._cgroup}")
+
+    @property
+    def _cgroup(self) -> str:
+        return f"pqe-{os.getpid()}-{self.web_port}"
 
     def kill(self) -> None:
         """SIGKILL, as a host that dies: no goodbye, its metadata session lingers."""
@@ -158,14 +182,15 @@ class ApacheCluster:
     part serves; `stop()` stops them in reverse order."""
 
     def __init__(self, workdir: Path, *, brokers: int = 2, pulsar_home: Path | None = None,
-                 broker_overrides: Mapping[str, str] | None = None) -> None:
+                 broker_overrides: Mapping[str, str] | None = None,
+                 own_cgroups: bool = False) -> None:
         self.workdir = Path(workdir)
         self.home = pulsar_home or home()
         self.zk_port, self.bookie_port, self.bookie_stats_port = free_ports(3)
         self.zookeeper: ManagedProcess | None = None
         self.bookie: ManagedProcess | None = None
-        self.brokers = [ClusterBroker(self, f"broker-{i + 1}", overrides=broker_overrides)
-                        for i in range(brokers)]
+        self.brokers = [ClusterBroker(self, f"broker-{i + 1}", overrides=broker_overrides,
+                                      own_cgroup=own_cgroups) for i in range(brokers)]
         self.start_seconds: float | None = None
 
     @property

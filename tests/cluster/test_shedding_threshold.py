@@ -1,0 +1,132 @@
+"""Load verdicts against the real load manager running `ThresholdShedder` (4.x's default):
+a two-broker cluster whose brokers each run in a cpu + cpuacct cgroup of their own
+(`ApacheCluster(own_cgroups=True)`), so each reports its own JVM's CPU usage (the JDK's
+cgroupv1 metrics, which Pulsar's LinuxInfoUtils reads) rather than the host's, as pods do.
+One broker is given all the traffic, so its CPU is really higher; the bundles the leader's
+ThresholdShedder picks are compared with the bundles our verdict names.
+
+Only CPU is weighed (NIC is host-wide and loopback is not counted, direct memory is off),
+the history is off (`loadBalancerHistoryResourcePercentage=0`: each run sees the current
+usage, as our one cycle does), the minimum throughput is 0 and the threshold 1 %: on a
+2-core host the busy broker measured ~6-19 % and the idle one ~1-10 % (of 200 %), under
+the default 10 % above average. Both sides then name the busy broker's largest bundle.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from exporter.config.load import parse
+from exporter.pipeline.scrape import BrokerScrape, in_process
+from exporter.runtime.cycle import Exporter
+from tests.cluster.helpers import Unload, leader_unloads, namespace, produce_at, unload
+from tests.harness.apache_cluster import CLUSTER, ApacheCluster
+from tests.harness.pulsar import Metrics
+from tests.harness.wait import poll
+
+THRESHOLD = "org.apache.pulsar.broker.loadbalance.impl.ThresholdShedder"
+RATES = {"t-busy": 400.0, "t-calm": 100.0}  # msgs/s of SIZE bytes, all on one broker
+SIZE = 20_000
+CANDIDATE = "pulsar_load_bundle_unload_candidate"
+
+
+@pytest.fixture(scope="module")
+def cgroup_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheCluster]:
+    cluster = ApacheCluster(tmp_path_factory.mktemp("threshold-cluster"), own_cgroups=True,
+                            broker_overrides={
+        "loadBalancerLoadSheddingStrategy": THRESHOLD,
+        "loadBalancerSheddingEnabled": "false",  # turned on by the test (dynamic)
+        "loadBalancerSheddingIntervalMinutes": "1",
+        "loadBalancerBrokerThresholdShedderPercentage": "1",
+        "loadBalancerHistoryResourcePercentage": "0",
+        "loadBalancerBundleUnloadMinThroughputThreshold": "0",
+        "loadBalancerCPUResourceWeight": "1",
+        "loadBalancerDirectMemoryResourceWeight": "0",
+        "loadBalancerBandwithInResourceWeight": "0",
+        "loadBalancerBandwithOutResourceWeight": "0",
+        "loadBalancerReportUpdateThresholdPercentage": "1",
+        "resourceUsageTransportClassName": "",
+    })
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _exporter(cluster: ApacheCluster) -> Exporter:
+    config = parse({
+        "cluster": CLUSTER, "check_interval": "5s",
+        "sources": {"brokers": [{"url": b.metrics_url} for b in cluster.brokers],
+                    "admin": {"url": cluster.brokers[0].web_url}},
+        "load_manager": {"load_shedding_strategy": THRESHOLD,
+                         "broker_threshold_shedder_percentage": 1,
+                         "history_resource_percentage": 0,
+                         "bundle_unload_min_throughput_threshold": 0,
+                         "cpu_resource_weight": 1, "direct_memory_resource_weight": 0,
+                         "bandwidth_in_resource_weight": 0, "bandwidth_out_resource_weight": 0},
+    }, "shedding-threshold.yaml")
+    brokers = config.sources.brokers
+    return Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)))
+
+
+def test_our_threshold_verdict_names_the_bundles_the_leader_unloads(
+        cgroup_cluster: ApacheCluster) -> None:
+    cluster = cgroup_cluster
+    busy = cluster.brokers[0]
+    ns = namespace(cluster, "thr", bundles=4)
+    topics = {name: f"persistent://{ns}/{name}" for name in RATES}
+    for topic in topics.values():
+        busy.create_subscription(topic, "s")
+    bundles = {name: cluster.bundle_of(topic) for name, topic in topics.items()}
+    assert len(set(bundles.values())) == 2, f"both topics hash to one bundle: {bundles}"
+    for name, topic in topics.items():
+        if cluster.owner(topic) != busy.broker_id:
+            unload(cluster, topic, bundles[name], busy.broker_id)
+    assert {cluster.owner(t) for t in topics.values()} == {busy.broker_id}
+
+    stop = threading.Event()
+    producers = [threading.Thread(target=produce_at, args=(busy, topics[n], rate, stop),
+                                  kwargs={"size": SIZE}) for n, rate in RATES.items()]
+    exporter = _exporter(cluster)
+    verdicts: list[tuple[float, set[str], dict[str, float]]] = []
+    try:
+        for thread in producers:
+            thread.start()
+
+        def leaders_picks() -> list[Unload]:
+            report = exporter.cycle()
+            metrics = Metrics(report.body.decode())
+            cpu = {s.labels["broker"]: round(s.value * 100, 1) for s in metrics.find(
+                "pulsar_load_broker_resource_usage_ratio", resource="cpu")}
+            verdicts.append((time.time(), {s.labels["bundle"] for s in metrics.find(
+                CANDIDATE, namespace=ns) if s.value == 1}, cpu))
+            return leader_unloads(cluster.broker_named(cluster.leader()), ns, "ThresholdShedder")
+
+        poll(lambda: not leaders_picks() and len(verdicts) >= 3 and verdicts[-1][1]
+             and verdicts[-1][1] == verdicts[-2][1], "a steady verdict of ours", timeout=120,
+             interval=5.0, show=lambda: verdicts[-3:])
+        busy.admin("POST", "/admin/v2/brokers/configuration/loadBalancerSheddingEnabled/true")
+        poll(leaders_picks, "the leader's ThresholdShedder picking bundles", timeout=240,
+             interval=5.0, show=lambda: verdicts[-3:])
+    finally:
+        stop.set()
+        for thread in producers:
+            thread.join(30)
+        exporter.close()
+    time.sleep(10)
+    picks = leader_unloads(cluster.broker_named(cluster.leader()), ns, "ThresholdShedder")
+    run = [p for p in picks if p.at - picks[0].at < 5.0]
+    before = [(named, cpu) for began, named, cpu in verdicts if began < run[0].at]
+    ours = before[-1][0] if before else set()
+    print(f"busy {busy.broker_id}; the leader picked {run}; we named {sorted(ours)}; "
+          f"every cycle: {[(round(t - verdicts[0][0]), sorted(v), c) for t, v, c in verdicts]}")
+    assert {p.source for p in run} == {busy.broker_id}, run
+    traffic = set(bundles.values())
+    assert {p.bundle for p in run} & traffic == ours & traffic, (bundles, ours, run)
+    # It sheds (usage − average − 1 % + 5 %) of its throughput, well under t-busy's 80 %.
+    assert ours & traffic == {bundles["t-busy"]}, (bundles, ours)
