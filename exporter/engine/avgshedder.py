@@ -46,6 +46,7 @@ from exporter.engine.loadbalance import (
     ShedReason,
     candidates,
     idle_verdict,
+    largest_first,
     picked_verdict,
     weighted_usage,
 )
@@ -185,11 +186,10 @@ def _fit(load: BrokerLoad, by_rate: bool, required: float,
     eligible, none = candidates(load.bundles, recently_unloaded)
     if none is not None:
         return Selection(none)
-    size = {b.name: (b.msg_rate if by_rate else b.throughput) for b in eligible}
     chosen: list[str] = []
-    for name in sorted(size, key=lambda n: (-size[n], n)):
-        if 0 < size[name] <= required:
+    for name, size in largest_first(eligible, by_rate):
+        if 0 < size <= required:
             chosen.append(name)
-            required -= size[name]
+            required -= size
     return Selection(ShedOutcome.UNLOAD if chosen else ShedOutcome.NO_FITTING_BUNDLE,
                      tuple(chosen))

@@ -315,6 +315,14 @@ class Selection:
     unload: tuple[str, ...] = ()
 
 
+def largest_first(bundles: Iterable[BundleStats], by_rate: bool) -> list[tuple[str, float]]:
+    """(name, msg rate or throughput) of each bundle, largest first, equal sizes by name
+    (Pulsar's order among them is a hash map's): the order AvgShedder and
+    UniformLoadShedder take bundles in."""
+    size = {b.name: (b.msg_rate if by_rate else b.throughput) for b in bundles}
+    return [(name, size[name]) for name in sorted(size, key=lambda n: (-size[n], n))]
+
+
 def candidates(bundles: Iterable[BundleStats], recently_unloaded: frozenset[str],
                ) -> tuple[list[BundleStats], ShedOutcome | None]:
     """The bundles a shedder may choose from (not heartbeat / SLA, not in the grace

@@ -44,6 +44,7 @@ from exporter.engine.loadbalance import (
     broker_verdict,
     candidates,
     idle_verdict,
+    largest_first,
     picked_verdict,
     select_by_throughput,
     weighted_usage,
@@ -305,13 +306,12 @@ def _fit(load: BrokerLoad, by_rate: bool, required: int, cap: int,
     eligible, none = candidates(load.bundles, recently_unloaded)
     if none is not None:
         return Selection(none)
-    size = {b.name: (b.msg_rate if by_rate else b.throughput) for b in eligible}
     chosen: list[str] = []
-    for name in sorted(size, key=lambda n: (-size[n], n)):
+    for name, size in largest_first(eligible, by_rate):
         if cap != -1 and len(chosen) >= cap:
             break
-        if size[name] <= _wrap(required + UNIFORM_DELTA):
-            required = _wrap(required - java_int(size[name]))  # MutableInt.add(-double)
+        if size <= _wrap(required + UNIFORM_DELTA):
+            required = _wrap(required - java_int(size))  # MutableInt.add(-double)
             chosen.append(name)
     return Selection(ShedOutcome.UNLOAD if chosen else ShedOutcome.NO_FITTING_BUNDLE,
                      tuple(chosen))
