@@ -47,7 +47,7 @@ from exporter.actions.orders import (
 )
 from exporter.adminhttp import AdminHttp, CaFileError, TokenFileError
 from exporter.config.model import AdminSource
-from exporter.engine.backlog import skip_count
+from exporter.engine.backlog.check import skip_count
 
 log = logging.getLogger(__name__)
 

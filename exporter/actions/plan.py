@@ -30,7 +30,7 @@ from exporter.actions.orders import (
     Skipped,
     unfenced,
 )
-from exporter.engine.backlog import EVICTION_TARGET
+from exporter.engine.backlog.check import EVICTION_TARGET
 from exporter.engine.decide import Decisions
 from exporter.engine.systemtopics import is_system_cursor
 from exporter.pipeline.model import Aggregates

@@ -30,8 +30,8 @@ class RetentionPolicy(StrEnum):
 
 class PolicySource(StrEnum):
     """Where backlog quotas and resource groups come from: the YAML, Pulsar's policies
-    (admin REST), or both (the YAML overriding Pulsar: engine/quotas.py per quota type,
-    engine/resourcegroups.py per group)."""
+    (admin REST), or both (the YAML overriding Pulsar: engine/backlog/quotas.py per quota type,
+    engine/groups/resourcegroups.py per group)."""
 
     PULSAR = "pulsar"
     CONFIG = "config"
@@ -151,13 +151,13 @@ PULSAR_SHEDDER_PACKAGE = "org.apache.pulsar.broker.loadbalance.impl"
 
 class SheddingStrategy(StrEnum):
     """The load-shedding strategy the brokers run (`loadBalancerLoadSheddingStrategy` of
-    `ModularLoadManagerImpl`); engine/shedders.py models each. The config accepts these
+    `ModularLoadManagerImpl`); engine/load/shedders.py models each. The config accepts these
     names, Pulsar's class names and their fully qualified form (`pulsar_class`)."""
 
     THRESHOLD = "threshold"  # ThresholdShedder: Pulsar's default since 2.10
     UNIFORM = "uniform"  # UniformLoadShedder
     OVERLOAD = "overload"  # OverloadShedder
-    AVG = "avg"  # AvgShedder: Pulsar 5.0's default (engine/avgshedder.py)
+    AVG = "avg"  # AvgShedder: Pulsar 5.0's default (engine/load/avgshedder.py)
 
     @property
     def pulsar_class(self) -> str:

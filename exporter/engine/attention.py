@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 
 from exporter.config.model import TopicFilter
-from exporter.engine.quotas import ResolvedQuota
-from exporter.engine.topicdecisions import UNKNOWN, WITHIN
+from exporter.engine.backlog.quotas import ResolvedQuota
+from exporter.engine.backlog.topicdecisions import UNKNOWN, WITHIN
 from exporter.names import after_domain
 from exporter.pipeline.tables import keep
 

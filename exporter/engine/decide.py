@@ -21,24 +21,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
-from exporter.engine.agetable import AgeTables
 from exporter.engine.attention import disagrees
-from exporter.engine.columns import counts, floats, positions, ranked, rows_of, shared
-from exporter.engine.loadview import LoadResult, LoadState, evaluate_load
-from exporter.engine.measures import Measures
-from exporter.engine.participant import GroupKey, Participant, Round
-from exporter.engine.publishtimes import (
+from exporter.engine.backlog.agetable import AgeTables
+from exporter.engine.backlog.measures import Measures
+from exporter.engine.backlog.publishtimes import (
     ESTIMATED,
     LOWER_BOUND,
     Subscriptions,
     publish_times,
 )
-from exporter.engine.quotas import ResolvedQuota, Resolver
-from exporter.engine.sizes import message_sizes, slowest_backlogs
+from exporter.engine.backlog.quotas import ResolvedQuota, Resolver
+from exporter.engine.backlog.sizes import message_sizes, slowest_backlogs
+from exporter.engine.backlog.topicdecisions import TopicDecisions, check_topics
+from exporter.engine.columns import counts, floats, positions, ranked, rows_of, shared
+from exporter.engine.groups.participant import GroupKey, Participant, Round
+from exporter.engine.groups.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
+from exporter.engine.groups.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
+from exporter.engine.load.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.systemtopics import is_system_topic
-from exporter.engine.throttle import ObservedRates, ThrottleEstimate, resource_group_throttle
-from exporter.engine.topicdecisions import TopicDecisions, check_topics
-from exporter.engine.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
 from exporter.names import after_domain
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot

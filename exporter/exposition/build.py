@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from exporter.actions.orders import LeaseState, LeaseView
 from exporter.actions.plan import Acted
 from exporter.catalogue import CHECK_DURATION_BUCKETS
-from exporter.engine.brokersplits import Quota, Splits
 from exporter.engine.decide import Decisions, GroupResult
+from exporter.engine.groups.brokersplits import Quota, Splits
 from exporter.exposition.build_load import add_load
 from exporter.exposition.build_topics import add_topics, finite
 from exporter.exposition.metricset import HistogramValue, MetricSet, MetricSetBuilder
@@ -180,7 +180,7 @@ def build(facts: CycleFacts, decisions: Decisions | None, health: Iterable[Sourc
     """The whole /metrics content of one cycle. `decisions` is None when the pipeline
     failed: the exporter's own series are still published. `broker_reports`: what the
     brokers' own PIP-82 reports said, when they are read; `broker_splits`: each broker's
-    quota computed from them (engine/brokersplits.py)."""
+    quota computed from them (engine/groups/brokersplits.py)."""
     c = facts.cluster
     b = MetricSetBuilder()
     b.seed_counters(cluster=c)

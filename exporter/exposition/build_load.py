@@ -8,7 +8,7 @@ exceeded threshold), so the bundle count does not multiply the cardinality.
 
 from __future__ import annotations
 
-from exporter.engine.loadview import Judged, LoadResult
+from exporter.engine.load.loadview import Judged, LoadResult
 from exporter.exposition.metricset import MetricSetBuilder
 
 

@@ -3,7 +3,7 @@
 What an operator of a large fleet publishes is chosen here: every topic, the topics that
 matter under `filters.max_topics`, or (`exposition.topic_level: false`) none, the eviction
 counters summed per namespace by the render. The choice reads the decisions' columns
-(engine/topicdecisions.py), so that only the published topics' decisions are made.
+(engine/backlog/topicdecisions.py), so that only the published topics' decisions are made.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 
 from exporter.catalogue import QUOTA_TYPES
 from exporter.config.model import RetentionPolicy
-from exporter.engine.backlog import MEASURED, LimitStatus, QuotaType, TopicDecision
+from exporter.engine.backlog.check import MEASURED, LimitStatus, QuotaType, TopicDecision
+from exporter.engine.backlog.topicdecisions import TopicColumns, TopicDecisions, evicts
 from exporter.engine.decide import Decisions
-from exporter.engine.topicdecisions import TopicColumns, TopicDecisions, evicts
 from exporter.exposition.metricset import MetricSetBuilder
 
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
-from exporter.engine.backlog import TopicDecision
+from exporter.engine.backlog.check import TopicDecision
 from exporter.engine.decide import Decisions, GroupResult
 from exporter.exposition.build_topics import published_rows
 from exporter.sources.model import SourceHealth

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 from exporter.actions.evict import evictor_for, lease_for
 from exporter.actions.orders import Evictor
 from exporter.config.model import Config, PolicySource
-from exporter.engine.brokersplits import BrokerSplits, Counts, Entry, Report, java_long
 from exporter.engine.decide import Decider
+from exporter.engine.groups.brokersplits import BrokerSplits, Counts, Entry, Report, java_long
 from exporter.pipeline.tables import BrokerSide
 from exporter.server.http import PublishedState
 from exporter.sources.adminside import AdminSide, SnapshotSource

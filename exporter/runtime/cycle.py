@@ -23,10 +23,10 @@ from exporter.actions.plan import Enforcement, consumers_seen
 from exporter.config.model import Config, ResourceGroup
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
 from exporter.engine.attention import stats_wanted
-from exporter.engine.brokersplits import Splits
 from exporter.engine.decide import Decider, Decisions
-from exporter.engine.groups import effective_groups
-from exporter.engine.usage import EntryRejected
+from exporter.engine.groups.applicable import effective_groups
+from exporter.engine.groups.brokersplits import Splits
+from exporter.engine.groups.usage import EntryRejected
 from exporter.exposition.build import CycleFacts, Tallies, build
 from exporter.exposition.build_topics import as_published
 from exporter.exposition.render import process_body, render
@@ -144,7 +144,7 @@ class Exporter:
 
     def _resource_groups(self, snapshot: Snapshot) -> Mapping[str, ResourceGroup]:
         """The groups in force this cycle, the YAML's and Pulsar's as `source` says
-        (engine/groups.py); the decider follows when they change."""
+        (engine/groups/applicable.py); the decider follows when they change."""
         pulsar = snapshot.admin.resource_groups if snapshot.admin is not None else None
         groups = effective_groups(self.config.resource_groups, pulsar,
                                   self.config.resource_group_engine.source)

@@ -14,7 +14,7 @@ hold one usage under its name from whichever spoke last, and each replica would 
 other's as a spoof. So one reports, the holder of the reporter lease for that name (an
 exclusive producer, as the enforcer's: actions/lease.py). The others stand by: they send
 nothing, not even a goodbye, and take the reporter's reports under their name as their own
-entry (engine/participant.py), so every replica publishes the shares the reporter does. When
+entry (engine/groups/participant.py), so every replica publishes the shares the reporter does. When
 the reporter goes, its lease ends with its connection and a replica takes it at its next
 round, continuing above every sequence number the reporter used (peers' gates would refuse
 lower ones as replays).
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from exporter.actions.orders import LeaseState, LeaseView
 from exporter.config.model import Config
-from exporter.engine.usage import Usage, UsageReport
+from exporter.engine.groups.usage import Usage, UsageReport
 from exporter.transport.codec import MAX_SEQUENCE, Entry, Rates, Undecodable, WireReport, encode
 from exporter.transport.decoder import decode
 from exporter.transport.gate import (

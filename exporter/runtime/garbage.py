@@ -2,7 +2,7 @@
 and the heap's free pages.
 
 A cycle makes many tracked objects that live for a while: the publication's label tuples,
-and the decisions made when read (engine/topicdecisions.py). CPython 3.11 runs a full
+and the decisions made when read (engine/backlog/topicdecisions.py). CPython 3.11 runs a full
 collection whenever the objects that survived into its oldest generation have grown by a
 quarter since the last one, and a full collection walks every live object. When the
 decisions were objects kept between cycles (~4.6 tracked a topic), that was twice in every

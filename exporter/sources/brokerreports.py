@@ -7,7 +7,7 @@ Reading that topic shows a group's usage as the brokers themselves account it, p
 the same numbers each broker adds to its `pulsar_resource_group_remote_usage_*_used`
 counters, so the sums here equal those counters' increments over the same reports.
 Each take also hands on the reports it decoded, in arrival order with the take's time
-(`ReceivedReport`): the brokers' quota model (engine/brokersplits.py) needs every report,
+(`ReceivedReport`): the brokers' quota model (engine/groups/brokersplits.py) needs every report,
 a suppressed class included, not only the sums.
 
 Classes: publish and dispatch as reported; replication (Pulsar master's

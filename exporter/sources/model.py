@@ -97,7 +97,7 @@ def _frozen(m: Mapping | None = None) -> Mapping:
 @dataclass(frozen=True)
 class PulsarQuotas:
     """Pulsar's backlog-quota policies as the admin REST reports them (sources/policies.py),
-    per quota type; the engine resolves them per topic (engine/quotas.py). A type missing
+    per quota type; the engine resolves them per topic (engine/backlog/quotas.py). A type missing
     from a level's mapping is not set at that level."""
 
     default: Mapping[QuotaType, TypedQuota] = field(default_factory=_frozen)  # broker's

@@ -1,6 +1,6 @@
 """Pulsar's backlog-quota policies over the admin REST, cached per namespace.
 
-The engine resolves them per quota type as the broker does (engine/quotas.py); this module
+The engine resolves them per quota type as the broker does (engine/backlog/quotas.py); this module
 only reads them. Policies change rarely, so they are read on a period instead: each
 namespace's map at most every `refresh_seconds`, the broker default with the first
 namespace due. Topic-level maps are far more numerous and mostly empty, and Pulsar has no

@@ -32,7 +32,7 @@ under CPython's own garbage collections (their seconds inside the cycle), then w
 full ones between cycles, as the exporter runs (runtime/garbage.py). Then the publication
 again, beside it under the two settings design.md gives a large fleet: `filters.max_topics`
 10,000 and `exposition.topic_level` false.
-The age tables (engine/agetable.py): resident bytes a topic (names excluded) after 2 cycles
+The age tables (engine/backlog/agetable.py): resident bytes a topic (names excluded) after 2 cycles
 and once full, beside the same points kept as Python lists, as they were until 2026-11; and
 a cycle's observes, µs a topic, in a cycle where no table thins and in one where all do, and
 its estimates.
@@ -408,7 +408,7 @@ def ages(topics: int) -> None:
     """What the backlog-age tables hold between cycles, the names aside."""
     import numpy as np
 
-    from exporter.engine.agetable import DEFAULT_MAX_POINTS, AgeTables
+    from exporter.engine.backlog.agetable import DEFAULT_MAX_POINTS, AgeTables
 
     names = [f"persistent://t/ns/topic-{i}" for i in range(topics)]
     seen, counts = np.ones(topics, bool), np.arange(topics)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from exporter.engine.resourcegroups import max_min_fair_share, simulate
+from exporter.engine.groups.resourcegroups import max_min_fair_share, simulate
 
 ALLOCATORS = ("pulsar", "fair")
 TOLERANCE = 0.10

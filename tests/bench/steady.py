@@ -47,7 +47,7 @@ def steady(context, total: int, brokers: int, workdir: Path, cycles: int = 3,
            pip323: bool = False) -> None:
     from exporter.config.load import parse
     from exporter.config.model import BrokerSource
-    from exporter.engine.agetable import DEFAULT_MAX_POINTS
+    from exporter.engine.backlog.agetable import DEFAULT_MAX_POINTS
     from exporter.engine.decide import Decider
     from exporter.exposition.build_topics import as_published
     from exporter.pipeline.merge import merge, release_unused

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.config.model import MonitoringClass
-from exporter.engine.brokersplits import Counts, Quota, Splits
+from exporter.engine.groups.brokersplits import Counts, Quota, Splits
 
 DIMENSIONS = ("bytes", "messages")
 

@@ -4,7 +4,7 @@ One group is bound to a namespace whose topics both brokers own; producers publi
 different rates on each; the brokers exchange their usage reports every 2 s (the harness's
 `resourceUsageTransportPublishIntervalInSecs`). We read the same reports off their topic
 with the exporter's own reader (`BrokerReports`, drained every 20 ms on a thread of its own)
-and compute, with `engine/brokersplits.py`, every broker's local quota report by report;
+and compute, with `engine/groups/brokersplits.py`, every broker's local quota report by report;
 each broker adds its own round's quota to its `pulsar_resource_group_calculated_*`
 counters, which we scrape every 0.25 s and difference. Every increment a broker made must be
 a state of our model's, walked in the reports' order (`rounds.py`). Beside it, the exporter
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from exporter.config.load import parse
 from exporter.config.model import BROKER_USAGE_TOPIC, MonitoringClass, RateLimit, ResourceGroup
-from exporter.engine.brokersplits import BrokerSplits, Counts, Quota, Splits
+from exporter.engine.groups.brokersplits import BrokerSplits, Counts, Quota, Splits
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.assembly import splits_report
 from exporter.runtime.cycle import Exporter

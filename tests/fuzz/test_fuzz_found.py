@@ -42,7 +42,7 @@ one gets its test here and, while its fix is pending, its site in `inputs.KNOWN_
    `inputs.with_values`), which finds 6 and 7 with either fix undone. Fix: the pipeline
    skips a count family's sample that no Java long holds, counted as `not_a_count`
    (pipeline/tables.py).
-7. engine/loadview.py `_shares`: a negative `pulsar_topics_count` (a broker with
+7. engine/load/loadview.py `_shares`: a negative `pulsar_topics_count` (a broker with
    topic-level metrics off) became a bundle's topic count, which `BundleStats` refuses:
    ValueError out of `decide`, every cycle, as in 6. Found the same way. Fix: read it as
    the other counts are, negative or not finite as 0 (`_number`).

@@ -1,7 +1,7 @@
 """Batching and the backlog-age estimate, on a real Apache Pulsar 4.0.8.
 
 Pulsar's subscription backlog counts entries (a batch is one) while its publish counter
-counts messages. The estimate (engine/agetable.py), used where no source reports the age,
+counts messages. The estimate (engine/backlog/agetable.py), used where no source reports the age,
 must not read a batched backlog as `batch size` times younger than it is. The broker's own
 age is hidden from the exporter here (its PIP-323 lines dropped: the view of a broker older
 than 3.2 without an admin source) and compared with the admin REST's precise age."""

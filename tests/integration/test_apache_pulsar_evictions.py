@@ -29,7 +29,7 @@ from exporter.actions.orders import (
 from exporter.actions.plan import orders_for
 from exporter.catalogue import EVICTION_FAILURE_REASONS
 from exporter.config.model import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
-from exporter.engine.backlog import (
+from exporter.engine.backlog.check import (
     EVICTION_TARGET,
     SubscriptionBacklog,
     TimeSource,
@@ -37,8 +37,8 @@ from exporter.engine.backlog import (
     TopicDecision,
     check,
 )
+from exporter.engine.backlog.topicdecisions import TopicDecisions
 from exporter.engine.decide import Decisions
-from exporter.engine.topicdecisions import TopicDecisions
 from tests.harness.apache_pulsar import ApachePulsar, poll
 
 PAYLOAD = 200  # bytes per message; the broker adds its metadata to each entry

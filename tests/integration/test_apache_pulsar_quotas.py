@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from exporter.config.model import AdminSource, BacklogQuotas, PolicySource
-from exporter.engine.quotas import resolve
+from exporter.engine.backlog.quotas import resolve
 from exporter.runtime.cycle import Exporter
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.model import QuotaType

@@ -183,10 +183,21 @@ def test_an_invalid_edit_is_rejected_and_the_running_quota_stays(fleet):
 
 def test_a_killed_participant_is_dropped_after_stale_after_and_its_share_taken_over(fleet):
     fleet.wait_for("3 peers", lambda: fleet.peers_known("p-a") == 3, timeout=60)
+    # When p-a last heard from p-c, on p-a's clock: its last cycle less p-c's report age then.
+    seen = fleet.members["p-a"].scrape()
+    heard = (seen.value("pulsar_quota_exporter_last_successful_cycle_timestamp_seconds")
+             - seen.value("pulsar_quota_exporter_usage_peer_report_age_seconds",
+                          participant="p-c"))
+    killed = time.time()
     fleet.kill("p-c", signal.SIGKILL)
     took = fleet.wait_for("p-c dropped", lambda: fleet.peers_known("p-a") == 2
                           and fleet.peers_known("p-b") == 2, timeout=fleet.stale_after + 60)
-    print(f"\nSIGKILL: dropped after {took:.1f}s (stale_after {fleet.stale_after}s)")
+    # Not before stale_after has passed since that report (a later one only delays the
+    # drop); 1 s for the cycle's stamp, taken after its decisions' clock.
+    floor = heard + fleet.stale_after - killed - 1
+    print(f"\nSIGKILL: dropped after {took:.1f}s (stale_after {fleet.stale_after}s, "
+          f"not before {floor:.1f}s)")
+    assert took >= floor
     assert fleet.members["p-a"].sample("pulsar_quota_exporter_stale_peers_dropped_total") >= 1
     fleet.wait_for("p-a and p-b share the quota", lambda: converged(
         fleet, fleet.quota, ["p-a", "p-b"]), timeout=90)

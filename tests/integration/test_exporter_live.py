@@ -15,7 +15,7 @@ import pytest
 from exporter.config.load import parse
 from exporter.config.model import BacklogQuota, RetentionPolicy
 from exporter.demo.embedded import EmbeddedBroker
-from exporter.engine.backlog import EVICTION_TARGET
+from exporter.engine.backlog.check import EVICTION_TARGET
 from exporter.pipeline.lastgood import HOLD_CYCLES
 from exporter.runtime.cycle import Exporter
 from tests.harness.wait import poll

@@ -17,7 +17,7 @@ from exporter.config.model import (
     ReportSigning,
     ResourceGroupEngine,
 )
-from exporter.engine.usage import Usage, UsageReport
+from exporter.engine.groups.usage import Usage, UsageReport
 from exporter.runtime.exchange import UsageExchange
 from exporter.transport.channel import UsageChannel
 from exporter.transport.codec import encode

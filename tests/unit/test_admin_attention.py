@@ -18,9 +18,9 @@ from exporter.config.model import (
     TopicFilter,
 )
 from exporter.engine.attention import disagrees, stats_wanted
-from exporter.engine.backlog import SubscriptionBacklog, TimeSource, TopicBacklogState, check
+from exporter.engine.backlog.check import SubscriptionBacklog, TimeSource, TopicBacklogState, check
+from exporter.engine.backlog.quotas import resolve
 from exporter.engine.decide import Decisions
-from exporter.engine.quotas import resolve
 from exporter.pipeline.lastgood import LastGood
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.model import PulsarQuotas, QuotaType, TypedQuota

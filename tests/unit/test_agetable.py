@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.engine.agetable import (
+from exporter.engine.backlog.agetable import (
     AgeTables,
     Collapsed,
     Estimate,

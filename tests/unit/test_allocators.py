@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import Allocator
-from exporter.engine.allocators import (
+from exporter.engine.groups.allocators import (
     HEADROOM,
     PROBE,
     Observed,

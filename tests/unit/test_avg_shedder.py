@@ -14,9 +14,9 @@ import pytest
 
 from exporter.config.load import parse
 from exporter.config.model import LoadManager, SheddingStrategy
-from exporter.engine.avgshedder import NO_HITS, AvgHits, avg_shedder, java_hash, map_order
-from exporter.engine.loadbalance import ShedOutcome, ShedReason
-from exporter.engine.shedders import shed
+from exporter.engine.load.avgshedder import NO_HITS, AvgHits, avg_shedder, java_hash, map_order
+from exporter.engine.load.loadbalance import ShedOutcome, ShedReason
+from exporter.engine.load.shedders import shed
 from tests.unit.test_config import FILE, merged, minimal
 from tests.unit.test_shedders import broker, by_broker, names
 

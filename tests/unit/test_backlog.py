@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
-from exporter.engine.backlog import (
+from exporter.engine.backlog.check import (
     EVICTION_TARGET,
     Action,
     HolderBasis,

@@ -1,5 +1,5 @@
 """A batched backlog read as messages for the age estimate, and the bytes per message of a
-topic (`engine/sizes.py`): Pulsar counts the backlog in entries and the publish counter in
+topic (`engine/backlog/sizes.py`): Pulsar counts the backlog in entries and the publish counter in
 messages. Worked out for every topic at once; checked here against the per-topic rules
 they replaced (`_reference`), on any values."""
 
@@ -12,8 +12,8 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.engine.backlog.sizes import message_sizes, slowest_backlogs
 from exporter.engine.columns import counts, floats, positions
-from exporter.engine.sizes import message_sizes, slowest_backlogs
 
 F = pa.float64()
 

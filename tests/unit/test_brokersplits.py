@@ -1,4 +1,4 @@
-"""Every broker's local quota from the brokers' PIP-82 reports (engine/brokersplits.py).
+"""Every broker's local quota from the brokers' PIP-82 reports (engine/groups/brokersplits.py).
 
 Every expected number is worked out by hand in the comments, from Pulsar 4.0.8's rules as
 the module's docstring pins them: a broker's "my usage" is the value of its own last
@@ -14,7 +14,7 @@ import math
 import pytest
 
 from exporter.config.model import MonitoringClass, RateLimit, ResourceGroup
-from exporter.engine.brokersplits import (
+from exporter.engine.groups.brokersplits import (
     BrokerSplits,
     Counts,
     Entry,

@@ -34,7 +34,17 @@ def test_an_import_back_up_breaks_the_contract(tmp_path: Path) -> None:
     copy = tmp_path / "exporter"
     shutil.copytree(ROOT / "exporter", copy, ignore=shutil.ignore_patterns("__pycache__"))
     with (copy / "sources" / "model.py").open("a") as f:
-        f.write("\nfrom exporter.engine.quotas import resolve  # noqa\n")
+        f.write("\nfrom exporter.engine.backlog.quotas import resolve  # noqa\n")
     run = _lint(tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "exporter.sources.model -> exporter.engine.quotas" in run.stdout
+    assert "exporter.sources.model -> exporter.engine.backlog.quotas" in run.stdout
+
+
+def test_one_engine_importing_another_breaks_the_contract(tmp_path: Path) -> None:
+    copy = tmp_path / "exporter"
+    shutil.copytree(ROOT / "exporter", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / "engine" / "load" / "shedders.py").open("a") as f:
+        f.write("\nfrom exporter.engine.groups.usage import Usage  # noqa\n")
+    run = _lint(tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "exporter.engine.load is not allowed to import exporter.engine.groups" in run.stdout

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import LoadManager
-from exporter.engine.loadbalance import (
+from exporter.engine.load.loadbalance import (
     BrokerLoad,
     BundleStats,
     Resource,

@@ -17,8 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import LoadManager, SheddingStrategy
-from exporter.engine.loadbalance import BundleStats, Resource, ShedOutcome, ShedReason, SplitReason
-from exporter.engine.loadview import (
+from exporter.engine.load.loadbalance import (
+    BundleStats,
+    Resource,
+    ShedOutcome,
+    ShedReason,
+    SplitReason,
+)
+from exporter.engine.load.loadview import (
     BundleMoves,
     Judged,
     LoadState,
@@ -29,7 +35,7 @@ from exporter.engine.loadview import (
     evaluate_load,
     track_moves,
 )
-from exporter.engine.shedders import SkipReason
+from exporter.engine.load.shedders import SkipReason
 from exporter.exposition.build_load import add_load
 from exporter.exposition.metricset import MetricSetBuilder
 from exporter.exposition.render import render

@@ -1,11 +1,11 @@
-"""The brokers' measured publish times as columns (engine/measures.py): found by key hash,
+"""The brokers' measured publish times as columns (engine/backlog/measures.py): found by key hash,
 told apart by the names where hashes collide, and checked for a lost one at a glance."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from exporter.engine.measures import Measures, hashes
+from exporter.engine.backlog.measures import Measures, hashes
 
 T = "persistent://acme/orders/t"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from exporter.config.model import Allocator, MonitoringClass, ResourceGroupEngine
-from exporter.engine.participant import Participant
-from exporter.engine.usage import Usage, UsageReport
+from exporter.engine.groups.participant import Participant
+from exporter.engine.groups.usage import Usage, UsageReport
 
 PUB = MonitoringClass.PUBLISH
 KEY = ("rg", PUB)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from exporter.config.load import parse
-from exporter.engine.backlog import TimeSource
+from exporter.engine.backlog.check import TimeSource
 from exporter.engine.decide import Decider
 from exporter.pipeline.merge import merge
 from exporter.pipeline.model import NAMESPACES, SOURCE_NAMESPACES, TOPIC_ONLY, TOPICS

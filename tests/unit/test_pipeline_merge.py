@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from exporter.config.model import LoadManager, ResourceGroup, SheddingStrategy
-from exporter.engine.loadbalance import Resource, ShedOutcome
-from exporter.engine.loadview import Judged, Unjudged, UsageGap, evaluate_load
+from exporter.engine.load.loadbalance import Resource, ShedOutcome
+from exporter.engine.load.loadview import Judged, Unjudged, UsageGap, evaluate_load
 from exporter.pipeline import slices
 from exporter.pipeline.merge import bindings, bundle_ranges, in_range, merge
 from exporter.pipeline.model import (

@@ -37,7 +37,12 @@ def _decisions():
     """Topics over and within limits of each type, without a backlog, without a limit, and
     under another namespace's policy."""
     from exporter.config.model import BacklogQuota, BacklogQuotas
-    from exporter.engine.backlog import SubscriptionBacklog, TimeSource, TopicBacklogState, check
+    from exporter.engine.backlog.check import (
+        SubscriptionBacklog,
+        TimeSource,
+        TopicBacklogState,
+        check,
+    )
     from exporter.engine.decide import Decisions
 
     now, ns = NOW, "t/ns"
@@ -154,8 +159,8 @@ def test_max_topics_keeps_those_over_a_quota_then_the_oldest_largest_then_by_nam
     backlog, then the largest, then the name; an unknown age or size counts as 0."""
     from dataclasses import replace
 
-    from exporter.engine.backlog import LimitStatus
-    from exporter.engine.topicdecisions import TopicDecisions
+    from exporter.engine.backlog.check import LimitStatus
+    from exporter.engine.backlog.topicdecisions import TopicDecisions
 
     base = _decisions().topics[0]
     decisions = TopicDecisions.of(

@@ -1,4 +1,4 @@
-"""Which backlog quota applies (engine/quotas.py): Pulsar's per-type resolution, the YAML's
+"""Which backlog quota applies (engine/backlog/quotas.py): Pulsar's per-type resolution, the YAML's
 whole objects, the YAML over Pulsar with `source: both`, and what the check does with a
 policy per quota type."""
 
@@ -8,14 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
-from exporter.engine.backlog import (
+from exporter.engine.backlog.check import (
     Action,
     LimitStatus,
     SubscriptionBacklog,
     TopicBacklogState,
     check,
 )
-from exporter.engine.quotas import QuotaSource, Resolver, configured, resolve
+from exporter.engine.backlog.quotas import QuotaSource, Resolver, configured, resolve
 from exporter.sources.model import PulsarQuotas, QuotaType, TypedQuota
 
 NS = "acme/orders"

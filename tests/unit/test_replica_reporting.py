@@ -11,8 +11,8 @@ from __future__ import annotations
 from exporter.actions.orders import LeaseState
 from exporter.config.load import parse
 from exporter.config.model import MonitoringClass, ResourceGroupEngine
-from exporter.engine.participant import Participant
-from exporter.engine.usage import Usage, UsageReport
+from exporter.engine.groups.participant import Participant
+from exporter.engine.groups.usage import Usage, UsageReport
 from exporter.runtime.exchange import UsageExchange, reporter_topic, to_wire
 from exporter.transport.codec import WireReport, encode
 from exporter.transport.decoder import decode

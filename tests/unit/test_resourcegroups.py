@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from exporter.engine.resourcegroups import (
+from exporter.engine.groups.resourcegroups import (
     Observed,
     allocate,
     compute_local_quota,

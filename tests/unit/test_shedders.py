@@ -14,8 +14,8 @@ import dataclasses
 import pytest
 
 from exporter.config.model import LoadManager, SheddingStrategy
-from exporter.engine.loadbalance import BrokerLoad, BundleStats, ShedOutcome, ShedReason
-from exporter.engine.shedders import (
+from exporter.engine.load.loadbalance import BrokerLoad, BundleStats, ShedOutcome, ShedReason
+from exporter.engine.load.shedders import (
     SkipReason,
     ThresholdHistory,
     java_int,

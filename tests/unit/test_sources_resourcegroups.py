@@ -3,7 +3,7 @@ as Apache Pulsar 4.0.8 answers (tests/integration/test_apache_pulsar_groups.py c
 same on the real broker) and as Pulsar's master does where 4.0.8 has nothing (replication
 limits, topic bindings: `ResourceGroup` admin JSON and `PersistentTopics.getResourceGroup` as
 of ascentstream/pulsar 5d63c25e and 4d230ab3, which track apache/pulsar's master), and which
-groups apply (engine/groups.py)."""
+groups apply (engine/groups/applicable.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from exporter.config.model import PolicySource, RateLimit, ResourceGroup
-from exporter.engine.groups import effective_groups
+from exporter.engine.groups.applicable import effective_groups
 from exporter.sources.brokers import FetchFailure
 from exporter.sources.model import ScrapeError
 from exporter.sources.resourcegroups import (

@@ -10,7 +10,7 @@ served here."""
 from __future__ import annotations
 
 from exporter.config.load import parse
-from exporter.engine.backlog import TimeSource
+from exporter.engine.backlog.check import TimeSource
 from exporter.engine.decide import Decider
 from exporter.exposition.build import CycleFacts, Tallies, build
 from exporter.exposition.render import render

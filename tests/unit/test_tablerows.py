@@ -1,4 +1,4 @@
-"""TableRows (engine/tablerows.py) finds a topic by its str's hash among the kept names'
+"""TableRows (engine/backlog/tablerows.py) finds a topic by its str's hash among the kept names'
 hashes: checked against a dict of topic → row over random cycles of finds and drops,
 with the real hash and with one so weak that most names share theirs (the names must
 tell them apart)."""
@@ -12,8 +12,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import exporter.engine.tablerows as tablerows
-from exporter.engine.tablerows import TableRows
+import exporter.engine.backlog.tablerows as tablerows
+from exporter.engine.backlog.tablerows import TableRows
 
 _TOPICS = [f"persistent://t/ns/topic-{i}" for i in range(40)]
 _cycle = st.tuples(

@@ -10,7 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from exporter.config.model import MonitoringClass, RateLimit, ResourceGroup
-from exporter.engine.throttle import (
+from exporter.engine.groups.throttle import (
     LimitedBy,
     ObservedRates,
     resource_group_throttle,

@@ -1,4 +1,5 @@
-"""The backlog check over columns (engine/publishtimes.py, engine/topicdecisions.py) against
+"""The backlog check over columns (engine/backlog/publishtimes.py,
+engine/backlog/topicdecisions.py) against
 the rules stated one subscription at a time, as the check read them before it ran over
 columns: on generated fleets whose subscriptions tie, whose brokers print or withhold each
 age, whose admin REST views name a subscription or none, over cycles in which a measured age
@@ -15,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter.config.load import parse
-from exporter.engine.agetable import AgeTables
-from exporter.engine.backlog import (
+from exporter.engine.backlog.agetable import AgeTables
+from exporter.engine.backlog.check import (
     MEASURED,
     LimitStatus,
     SubscriptionBacklog,
@@ -24,12 +25,12 @@ from exporter.engine.backlog import (
     TopicDecision,
     check_against,
 )
+from exporter.engine.backlog.publishtimes import first_per_row
+from exporter.engine.backlog.quotas import Resolver
+from exporter.engine.backlog.sizes import message_sizes, slowest_backlogs
+from exporter.engine.backlog.topicdecisions import TopicDecisions
 from exporter.engine.columns import counts, floats, positions
 from exporter.engine.decide import Decider
-from exporter.engine.publishtimes import first_per_row
-from exporter.engine.quotas import Resolver
-from exporter.engine.sizes import message_sizes, slowest_backlogs
-from exporter.engine.topicdecisions import TopicDecisions
 from exporter.pipeline.merge import merge
 from exporter.pipeline.model import Aggregates
 from exporter.pipeline.parse import parse_text

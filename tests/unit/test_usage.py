@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.config.model import MonitoringClass
-from exporter.engine.allocators import Observed, allocate
-from exporter.engine.usage import (
+from exporter.engine.groups.allocators import Observed, allocate
+from exporter.engine.groups.usage import (
     UNKNOWN,
     Accepted,
     Baseline,

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from exporter.config.model import LoadManager
-from exporter.engine.loadbalance import (
+from exporter.engine.load.loadbalance import (
     BrokerLoad,
     BrokerVerdict,
     Selection,

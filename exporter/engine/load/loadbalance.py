@@ -4,7 +4,7 @@ The exporter does not move bundles; it reports what Apache Pulsar's load manager
 decide from the same numbers, so operators see the verdict before (or instead of) the
 broker acting on it. This module holds the shared vocabulary (a broker's load, a bundle,
 a verdict), Pulsar 4.0's `OverloadShedder` and the bundle-split strategy
-(`BundleSplitterTask` / `DefaultNamespaceBundleSplitStrategyImpl`); engine/shedders.py
+(`BundleSplitterTask` / `DefaultNamespaceBundleSplitStrategyImpl`); engine/load/shedders.py
 holds `ThresholdShedder` and `UniformLoadShedder` and picks the configured one. The
 thresholds are those of `exporter.config.model.LoadManager` (broker.conf's `loadBalancer*`).
 

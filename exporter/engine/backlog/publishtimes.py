@@ -17,7 +17,7 @@ best. Visited one by one: the subscriptions of topics with an admin REST view, a
 some measure of the last cycle is not taken now, those not measured now (measures.py, a
 search by key hash each). A subscription's
 `SubscriptionBacklog` is made only when a decision that holds it is
-(engine/topicdecisions.py).
+(engine/backlog/topicdecisions.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import cast
 
 import numpy as np
 
-from exporter.engine.backlog import SubscriptionBacklog, TimeSource
-from exporter.engine.measures import Measures, hashes
+from exporter.engine.backlog.check import SubscriptionBacklog, TimeSource
+from exporter.engine.backlog.measures import Measures, hashes
 from exporter.sources.model import TopicStats
 
 # A subscription's time source, as a code: the index into SOURCES.

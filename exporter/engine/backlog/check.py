@@ -3,7 +3,7 @@
 Pulsar's broker (`BrokerService.monitorBacklogQuota`, `PersistentTopic`,
 `BacklogQuotaManager`) is the reference; where we differ it is on purpose, as listed here.
 
-- Which quota: engine/quotas.py (the YAML's whole objects, Pulsar's per-type resolution, or
+- Which quota: engine/backlog/quotas.py (the YAML's whole objects, Pulsar's per-type resolution, or
   the YAML over Pulsar). Each quota type keeps its own policy, as in Pulsar: an eviction
   plan is made for the types whose policy is `consumer_backlog_eviction`.
 - The topic backlog is that of the subscription holding the oldest unacknowledged message
@@ -44,8 +44,8 @@ from enum import StrEnum
 from fractions import Fraction
 
 from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.engine.backlog.quotas import QuotaSource, ResolvedQuota, configured, resolve
 from exporter.engine.javamath import java_int
-from exporter.engine.quotas import QuotaSource, ResolvedQuota, configured, resolve
 from exporter.sources.model import PulsarQuotas, QuotaType
 
 __all__ = ["QuotaSource", "QuotaType"]  # re-exported: they were defined here first

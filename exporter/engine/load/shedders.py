@@ -32,9 +32,9 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from exporter.config.model import LoadManager, SheddingStrategy
-from exporter.engine.avgshedder import NO_HITS, AvgHits, avg_shedder
 from exporter.engine.javamath import INT_MAX, INT_MIN, java_int
-from exporter.engine.loadbalance import (
+from exporter.engine.load.avgshedder import NO_HITS, AvgHits, avg_shedder
+from exporter.engine.load.loadbalance import (
     BrokerLoad,
     BrokerVerdict,
     Selection,

@@ -81,8 +81,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from exporter.config.model import MonitoringClass, ResourceGroup
-from exporter.engine.allocators import Observed, fair_shares
-from exporter.engine.pulsarcalc import compute_local_quota
+from exporter.engine.groups.allocators import Observed, fair_shares
+from exporter.engine.groups.pulsarcalc import compute_local_quota
 
 REPLICATION = MonitoringClass.REPLICATION_DISPATCH
 _DIMENSIONS = ("bytes", "messages")

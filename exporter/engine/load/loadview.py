@@ -1,6 +1,6 @@
 """One cycle's load verdicts: the pipeline's broker and bundle tables, the admin snapshot's
 bundle owners, the `load_manager` config and the last cycle's `LoadState` → `LoadResult`
-(engine/shedders.py runs the configured shedder, engine/loadbalance.py splits).
+(engine/load/shedders.py runs the configured shedder, engine/load/loadbalance.py splits).
 
 Semantics decided here:
 
@@ -49,15 +49,15 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from exporter.config.model import LoadManager, SheddingStrategy
-from exporter.engine.avgshedder import AvgHits
-from exporter.engine.loadbalance import (
+from exporter.engine.load.avgshedder import AvgHits
+from exporter.engine.load.loadbalance import (
     BrokerLoad,
     BrokerVerdict,
     BundleStats,
     SplitCandidate,
     split_candidates,
 )
-from exporter.engine.shedders import SkipReason, ThresholdHistory, shed
+from exporter.engine.load.shedders import SkipReason, ThresholdHistory, shed
 from exporter.pipeline.model import Aggregates
 from exporter.sources.model import AdminSnapshot
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from exporter.engine.allocators import (
+from exporter.engine.groups.allocators import (
     HEADROOM,
     Observed,
     allocate,
@@ -20,8 +20,8 @@ from exporter.engine.allocators import (
     pip82_additive_share,
     proportional_share,
 )
-from exporter.engine.pulsarcalc import compute_local_quota, need_to_report
-from exporter.engine.usage import (
+from exporter.engine.groups.pulsarcalc import compute_local_quota, need_to_report
+from exporter.engine.groups.usage import (
     UNKNOWN,
     Accepted,
     AcceptOutcome,

@@ -5,7 +5,7 @@ At a million topics, the decisions as objects (a frozen `TopicDecision` a topic 
 driver held between cycles, while a cycle reads few of them: those that act (the plan),
 and those published when `filters.max_topics` caps the topics or `exposition.topic_level`
 is off. So the check runs over columns for every topic (which subscription holds the oldest
-message, each limit's status), and `check_against` (engine/backlog.py, the one statement of
+message, each limit's status), and `check_against` (engine/backlog/check.py, the one statement of
 the check's rules) makes a topic's decision when it is read: at once for those over a
 quota, which act, or too close to a size limit for a float to tell.
 """
@@ -21,16 +21,16 @@ from typing import overload
 import numpy as np
 
 from exporter.config.model import RetentionPolicy
-from exporter.engine.backlog import MEASURED, LimitStatus, TopicDecision, check_against
-from exporter.engine.publishtimes import BROKER, Subscriptions, first_per_row
-from exporter.engine.quotas import ResolvedQuota
+from exporter.engine.backlog.check import MEASURED, LimitStatus, TopicDecision, check_against
+from exporter.engine.backlog.publishtimes import BROKER, Subscriptions, first_per_row
+from exporter.engine.backlog.quotas import ResolvedQuota
 
 # A limit's status as a code: the index into STATUSES.
 STATUSES = (LimitStatus.NO_LIMIT, LimitStatus.WITHIN, LimitStatus.EXCEEDED, LimitStatus.UNKNOWN)
 NO_LIMIT, WITHIN, EXCEEDED, UNKNOWN = range(len(STATUSES))
 _CODE = {status: code for code, status in enumerate(STATUSES)}
 # Closer to a size limit than this share of it, a float product may round across it: the
-# check's exact integers decide (engine/backlog.py `_bytes`).
+# check's exact integers decide (engine/backlog/check.py `_bytes`).
 _CLOSE = 2.0 ** -40
 _EVICT = RetentionPolicy.CONSUMER_BACKLOG_EVICTION
 

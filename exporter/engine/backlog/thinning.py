@@ -1,9 +1,9 @@
-"""Which points of full backlog-age tables to merge away (engine/agetable.py's rule).
+"""Which points of full backlog-age tables to merge away (engine/backlog/agetable.py's rule).
 
 A quarter of each table's points go: the interior points whose removal moves an
 interpolated publish time the least relative to that point's age (of equal costs, the
 older), never two neighbours in one pass. Apart from the store, so that the rule reads on
-its own; why this rule, in engine/agetable.py.
+its own; why this rule, in engine/backlog/agetable.py.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from exporter.config.model import MonitoringClass
-from exporter.engine.allocators import Observed
+from exporter.engine.groups.allocators import Observed
 
 
 class Dimension(StrEnum):

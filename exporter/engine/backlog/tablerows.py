@@ -1,4 +1,4 @@
-"""Which row of the backlog-age store (engine/agetable.py) holds each topic's table, and the
+"""Which row of the backlog-age store (engine/backlog/agetable.py) holds each topic's table, and the
 name each table keeps.
 
 A cycle's topics come as the pipeline's Arrow column: their names are made strs `_NAMES` at

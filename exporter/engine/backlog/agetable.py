@@ -63,7 +63,7 @@ Rules, all documented here because the exported series depends on them:
   restart resets the table anyway).
 
 The estimate is monotone: a larger backlog never gets a smaller age, so a topic's age, the
-largest over its subscriptions (PIP-323; `engine/topicdecisions.py`), is its largest
+largest over its subscriptions (PIP-323; `engine/backlog/topicdecisions.py`), is its largest
 backlog's. Pure: no clock reads, times are passed in (epoch seconds).
 """
 
@@ -75,8 +75,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from exporter.engine.tablerows import Names, TableRows
-from exporter.engine.thinning import thinned
+from exporter.engine.backlog.tablerows import Names, TableRows
+from exporter.engine.backlog.thinning import thinned
 
 DEFAULT_MAX_POINTS = 60
 _MIN_POINTS = 4  # thinning keeps both ends and needs an interior to merge

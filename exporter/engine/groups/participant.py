@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter.config.model import Allocator, MonitoringClass, ResourceGroupEngine
-from exporter.engine.allocators import allocate
-from exporter.engine.resourcegroups import need_to_report
-from exporter.engine.usage import (
+from exporter.engine.groups.allocators import allocate
+from exporter.engine.groups.resourcegroups import need_to_report
+from exporter.engine.groups.usage import (
     Accepted,
     AcceptOutcome,
     Dimension,

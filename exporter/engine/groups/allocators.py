@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from exporter.config.model import Allocator
-from exporter.engine.pulsarcalc import compute_local_quota
+from exporter.engine.groups.pulsarcalc import compute_local_quota
 
 K = TypeVar("K", bound=Hashable)
 
