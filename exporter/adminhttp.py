@@ -33,7 +33,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from exporter.config import userinfo
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 
 USER_AGENT = "pulsar-quota-exporter"
 

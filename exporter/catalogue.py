@@ -15,8 +15,8 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from exporter.actions.orders import EvictionFailure, LeaseState
-from exporter.config.model import Allocator
-from exporter.sources.model import QuotaType, ScrapeError
+from exporter.config.settings import Allocator
+from exporter.sources.results import QuotaType, ScrapeError
 from exporter.transport.codec import WireReject
 from exporter.transport.gate import PeerReject
 from exporter.transport.pulsarwire import WireError

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from exporter import logs, unneeded
+from exporter import importblocker, logs
 
 
 def _add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -137,7 +137,7 @@ def _web_or_exit(path: str | None, config_file: str, config):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    unneeded.refuse()
+    importblocker.refuse()
     args = _parser().parse_args(argv)
     logs.setup(args.log_level, args.log_format)
     _terminate_like_interrupt()

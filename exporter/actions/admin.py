@@ -46,7 +46,7 @@ from exporter.actions.orders import (
     unfenced,
 )
 from exporter.adminhttp import AdminHttp, CaFileError, TokenFileError
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 from exporter.engine.backlog.check import skip_count
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from exporter.actions.orders import (
     Skipped,
     unfenced,
 )
-from exporter.config.model import Config
+from exporter.config.settings import Config
 from exporter.transport.client import client_options
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Protocol
 
-from exporter.sources.model import QuotaType
+from exporter.sources.results import QuotaType
 
 _QUOTA_TYPES = tuple(q.value for q in QuotaType)
 

@@ -33,7 +33,7 @@ from exporter.actions.orders import (
 from exporter.engine.backlog.check import EVICTION_TARGET
 from exporter.engine.decide import Decisions
 from exporter.engine.systemtopics import is_system_cursor
-from exporter.pipeline.model import Aggregates
+from exporter.pipeline.aggregates import Aggregates
 
 if TYPE_CHECKING:  # pulsar-client, loaded only by an instance that enforces
     from exporter.actions.lease import EnforcerLease

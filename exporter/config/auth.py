@@ -15,8 +15,8 @@ import stat
 from pathlib import Path
 
 from exporter.config import values as cv
-from exporter.config.model import TlsClient
 from exporter.config.reader import Reader
+from exporter.config.settings import TlsClient
 
 MIN_SECRET_BYTES = 16  # a shorter shared HMAC secret is guessable offline from one report
 TLS_KEYS = ("ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify")

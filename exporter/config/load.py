@@ -1,7 +1,7 @@
 """The user's contract: YAML → a frozen, validated `Config`, or every error with its key path.
 
 This module is the public face: `load`, `parse` and `ConfigError`; the types it builds,
-with every default, are in `config/model.py`. The work is split by concept: `reader.py`
+with every default, are in `config/settings.py`. The work is split by concept: `reader.py`
 walks the YAML collecting errors, `values.py` converts single values (`units.py` sizes and
 durations), `auth.py` reads credentials and TLS blocks, `sections.py` builds each section.
 """
@@ -18,11 +18,11 @@ import yaml
 
 from exporter.config import sections
 from exporter.config import values as cv
-from exporter.config.model import (
+from exporter.config.reader import Reader, describe, schema_keys
+from exporter.config.settings import (
     Config,
     PolicySource,
 )
-from exporter.config.reader import Reader, describe, schema_keys
 
 __all__ = ["ConfigError", "expand_env", "load", "parse", "read_yaml"]
 

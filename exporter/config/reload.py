@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.config.load import ConfigError, load
-from exporter.config.model import Config
+from exporter.config.settings import Config
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 
 from exporter.config import auth, userinfo
 from exporter.config import values as cv
-from exporter.config.model import (
+from exporter.config.reader import Convert, Reader, T, expected, join, schema_keys
+from exporter.config.settings import (
     AdminSource,
     Allocator,
     BacklogQuota,
@@ -34,7 +35,6 @@ from exporter.config.model import (
     Tls,
     TopicFilter,
 )
-from exporter.config.reader import Convert, Reader, T, expected, join, schema_keys
 from exporter.config.units import format_duration, parse_duration
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from exporter.config.load import load
-from exporter.config.model import Config
+from exporter.config.settings import Config
 from exporter.demo.embedded import EmbeddedBroker
 
 # Package data, beside this module in a checkout and in an installed wheel alike.

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from exporter.config.model import TopicFilter
+from exporter.config.settings import TopicFilter
 from exporter.engine.backlog.quotas import ResolvedQuota
 from exporter.engine.backlog.topicdecisions import UNKNOWN, WITHIN
-from exporter.names import after_domain
 from exporter.pipeline.tables import keep
+from exporter.pulsarnames import after_domain
 
 if TYPE_CHECKING:
     from exporter.engine.decide import Decisions

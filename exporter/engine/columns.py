@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.pipeline.model import LONG_BOUND
+from exporter.pipeline.aggregates import LONG_BOUND
 from exporter.pipeline.owners import by_source, chunks_by_source
 
 _REPEATED = frozenset({"namespace", "subscription"})  # few distinct values, many rows

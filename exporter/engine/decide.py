@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.config.model import BacklogQuotas, Config, MonitoringClass, RateLimit
+from exporter.config.settings import BacklogQuotas, Config, MonitoringClass, RateLimit
 from exporter.engine.attention import disagrees
 from exporter.engine.backlog.agetable import AgeTables
 from exporter.engine.backlog.measures import Measures
@@ -39,9 +39,9 @@ from exporter.engine.groups.throttle import ObservedRates, ThrottleEstimate, res
 from exporter.engine.groups.usage import AcceptOutcome, Increment, Usage, UsageCounter, UsageReport
 from exporter.engine.load.loadview import LoadResult, LoadState, evaluate_load
 from exporter.engine.systemtopics import is_system_topic
-from exporter.names import after_domain
-from exporter.pipeline.model import Aggregates
-from exporter.sources.model import AdminSnapshot
+from exporter.pipeline.aggregates import Aggregates
+from exporter.pulsarnames import after_domain
+from exporter.sources.results import AdminSnapshot
 
 NO_QUOTAS = BacklogQuotas()  # what a system topic is checked against: nothing
 _AT_ONCE = 1 << 16  # subscriptions whose age estimates are worked out at once

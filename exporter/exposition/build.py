@@ -21,7 +21,7 @@ from exporter.exposition.build_topics import add_topics, finite
 from exporter.exposition.metricset import HistogramValue, MetricSet, MetricSetBuilder
 from exporter.pipeline.buildinfo import build_info
 from exporter.sources.brokerreports import BrokerReportsView
-from exporter.sources.model import SourceHealth
+from exporter.sources.results import SourceHealth
 
 
 @dataclass

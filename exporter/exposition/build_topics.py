@@ -17,7 +17,7 @@ from typing import TypeGuard
 import numpy as np
 
 from exporter.catalogue import QUOTA_TYPES
-from exporter.config.model import RetentionPolicy
+from exporter.config.settings import RetentionPolicy
 from exporter.engine.backlog.check import MEASURED, LimitStatus, QuotaType, TopicDecision
 from exporter.engine.backlog.topicdecisions import TopicColumns, TopicDecisions, evicts
 from exporter.engine.decide import Decisions

@@ -28,7 +28,7 @@ from prometheus_client import (
 
 from exporter.catalogue import Metric, MetricType
 from exporter.exposition.metricset import ExpositionError, HistogramValue, Labels, MetricSet
-from exporter.names import LABEL_NAME, METRIC_NAME
+from exporter.pulsarnames import LABEL_NAME, METRIC_NAME
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from exporter.engine.backlog.check import TopicDecision
 from exporter.engine.decide import Decisions, GroupResult
 from exporter.exposition.build_topics import published_rows
-from exporter.sources.model import SourceHealth
+from exporter.sources.results import SourceHealth
 
 
 def _num(v: float | None) -> float | int | None:

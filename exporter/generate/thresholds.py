@@ -17,7 +17,7 @@ from typing import Any
 
 import jinja2
 
-from exporter.config.model import Config, LoadManager, ResourceGroupEngine
+from exporter.config.settings import Config, LoadManager, ResourceGroupEngine
 from exporter.config.units import format_duration
 from exporter.generate import selector as selectors
 

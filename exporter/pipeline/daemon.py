@@ -13,7 +13,7 @@ imports nothing that starts a thread, as PySpark's own daemon requires of the co
 its fork. (Importing pyarrow, numpy and pandas there too was measured and dropped: with
 Arrow's jemalloc and numpy's OpenBLAS told to start no thread, it is safe, but the workers'
 PSS grew from 138 to 162 MB, the daemon holding a copy of its own, for 0.3 s less to the
-first cycle.) Its workers refuse pandas and pyarrow.dataset (exporter/unneeded.py).
+first cycle.) Its workers refuse pandas and pyarrow.dataset (exporter/importblocker.py).
 
 Its workers hand the heap's free pages, and Arrow's pool's, back to the OS after each task
 (`trimmed`).
@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable
 from typing import BinaryIO
 
-from exporter import unneeded
+from exporter import importblocker
 
 
 def _installed_first() -> None:
@@ -79,7 +79,7 @@ def trimmed(main: Callable[[BinaryIO, BinaryIO], None]) -> Callable[[BinaryIO, B
 
 if __name__ == "__main__":
     _installed_first()
-    unneeded.refuse()
+    importblocker.refuse()
     import pyspark.worker  # (imported once, before the fork)
     from pyspark.daemon import manager
 

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.pipeline.model import Level
+from exporter.pipeline.aggregates import Level
 from exporter.pipeline.parse import (
     BROKER_FAMILIES,
     FAMILIES,

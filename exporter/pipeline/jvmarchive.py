@@ -213,7 +213,7 @@ def make(path: Path) -> None:
     """A context with `-XX:ArchiveClassesAtExit`, one job like a cycle's, and a clean exit
     (the JVM writes the archive as it exits); then the file takes its final name, so no
     start ever maps a half-written archive."""
-    from exporter.config.model import Spark
+    from exporter.config.settings import Spark
     from exporter.pipeline import session
 
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -247,7 +247,7 @@ def make(path: Path) -> None:
 def verify(path: Path) -> None:
     """Start a JVM from `path` with `-Xshare:on` (it refuses, or dies, on an archive it
     cannot use) and run a job; raises if it does not."""
-    from exporter.config.model import Spark
+    from exporter.config.settings import Spark
     from exporter.pipeline import session
 
     options = f"{session.JVM_OPTIONS} {use_flags(path)} -Xshare:on"

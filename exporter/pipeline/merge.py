@@ -2,7 +2,7 @@
 
 What arrives here is per entity already (the Spark tasks parsed and grouped each body,
 tables.py), so this is the only step that sees all brokers at once, and it is small:
-rows per topic, not per sample. Rules (schemas and units: model.py):
+rows per topic, not per sample. Rules (schemas and units: aggregates.py):
 
 - a topic reported by two brokers keeps one report (a freshly fetched body's before a
   stale one's, then the largest msg_in_total, ties to the smaller source) and only that
@@ -34,9 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.config.model import MonitoringClass, ResourceGroup
-from exporter.names import PARTITION_SUFFIX, bundle_range, partitioned_parent
-from exporter.pipeline.model import (
+from exporter.config.settings import MonitoringClass, ResourceGroup
+from exporter.pipeline.aggregates import (
     BROKERS,
     BUNDLES,
     FULL_BUNDLE,
@@ -50,7 +49,8 @@ from exporter.pipeline.model import (
 )
 from exporter.pipeline.owners import coded_topics, dedup, kept, owned, with_source
 from exporter.pipeline.tables import SourceTables
-from exporter.sources.model import BundleOwnership
+from exporter.pulsarnames import PARTITION_SUFFIX, bundle_range, partitioned_parent
+from exporter.sources.results import BundleOwnership
 
 _BROKER_RATES = ("rate_in", "rate_out", "throughput_in", "throughput_out")
 # Pulsar's resource-group monitoring classes: publish counts what comes in, dispatch what

@@ -40,11 +40,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.names import LABEL_NAME, METRIC_NAME, PARTITION_SUFFIX
 from exporter.pipeline import slices
+from exporter.pipeline.aggregates import TOPIC_ONLY, MalformedReason
 from exporter.pipeline.labelsets import LABELS, PLACEHOLDERS, SeenSets, label_columns
-from exporter.pipeline.model import TOPIC_ONLY, MalformedReason
 from exporter.pipeline.otel import OTEL_TOPIC_FAMILIES
+from exporter.pulsarnames import LABEL_NAME, METRIC_NAME, PARTITION_SUFFIX
 
 # Families the exporter reads, by the level whose labels they carry (model.Level).
 SUBSCRIPTION_FAMILIES: dict[str, str] = {

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark import RDD, SparkContext
 
-from exporter.config.model import KEEP_ALL, BrokerSource, TopicFilter
+from exporter.config.settings import KEEP_ALL, BrokerSource, TopicFilter
 from exporter.pipeline.labelsets import SeenSets
 from exporter.pipeline.lastgood import LastGood
 from exporter.pipeline.packed import decoded, encoded
@@ -38,7 +38,7 @@ from exporter.pipeline.parse import parse_text
 from exporter.pipeline.slices import PADDING
 from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
 from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream, whole_lines
-from exporter.sources.model import ScrapeError, SourceKind
+from exporter.sources.results import ScrapeError, SourceKind
 
 # A body is parsed in pieces of this size as it streams in: memory stays bounded by the
 # piece, not the body, and parsing overlaps the transfer.

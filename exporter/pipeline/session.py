@@ -47,7 +47,7 @@ from py4j.protocol import Py4JError
 from pyspark import SparkConf, SparkContext
 
 import exporter
-from exporter.config.model import Spark
+from exporter.config.settings import Spark
 from exporter.pipeline import jvmarchive, sparkhome
 from exporter.pipeline.cores import available_cores
 

@@ -19,10 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.config.model import KEEP_ALL, TopicFilter
+from exporter.config.settings import KEEP_ALL, TopicFilter
 from exporter.pipeline import slices
-from exporter.pipeline.entities import LEVELS, body_samples, entity_samples, unkeyed
-from exporter.pipeline.model import (
+from exporter.pipeline.aggregates import (
     LONG_BOUND,
     SOURCE_NAMESPACES,
     SOURCE_SUBSCRIPTIONS,
@@ -31,6 +30,7 @@ from exporter.pipeline.model import (
     Level,
     MalformedReason,
 )
+from exporter.pipeline.entities import LEVELS, body_samples, entity_samples, unkeyed
 from exporter.pipeline.otel import OTEL_TOPIC_FAMILIES
 from exporter.pipeline.parse import (
     BROKER_FAMILIES,
@@ -44,7 +44,7 @@ from exporter.pipeline.parse import (
     topic_key,
 )
 from exporter.pipeline.pivot import Samples, pivot
-from exporter.sources.model import SourceHealth
+from exporter.sources.results import SourceHealth
 
 # Topic columns that fall back to the subscriptions' sum (or count) when absent, as Apache
 # Pulsar's NamespaceStatsAggregator derives them.
@@ -79,7 +79,7 @@ _EVERY_SERIES = pa.schema([("topic", _S), ("namespace", _S), ("subscription", _S
 
 @dataclass(frozen=True)
 class SourceTables:
-    """One broker body's entities (schemas in model.py), before de-duplication."""
+    """One broker body's entities (schemas in aggregates.py), before de-duplication."""
 
     subscriptions: pa.Table  # SOURCE_SUBSCRIPTIONS
     topics: pa.Table  # SOURCE_TOPICS

@@ -16,8 +16,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from exporter.config import model as config_model
-from exporter.sources import model as sources_model
+from exporter.config import settings as config_model
+from exporter.sources import results as sources_model
 from exporter.transport import codec as wire
 
 

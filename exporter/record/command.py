@@ -8,7 +8,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from exporter.config.model import Config
+from exporter.config.settings import Config
 from exporter.record.report import summarize, terminal
 from exporter.record.store import RecordError, read_cycles
 

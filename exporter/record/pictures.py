@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter.config.model import Allocator, Config
+from exporter.config.settings import Allocator, Config
 from exporter.record.store import RecordedCycle
 
 TOPICS_PLOTTED = 5

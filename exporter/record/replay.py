@@ -29,7 +29,7 @@ from exporter.actions.orders import (
     Performed,
     unfenced,
 )
-from exporter.config.model import Config, TopicFilter
+from exporter.config.settings import Config, TopicFilter
 from exporter.exposition.status import view
 from exporter.pipeline.lastgood import LastGood
 from exporter.pipeline.scrape import PIECE_BYTES, TaskResult, parsed_pieces, tables_of, task_result
@@ -37,7 +37,7 @@ from exporter.pipeline.tables import BrokerData, SourceTables
 from exporter.record.store import RecordedCycle
 from exporter.runtime.cycle import CycleReport, Exporter
 from exporter.runtime.exchange import from_wire
-from exporter.sources.model import Snapshot
+from exporter.sources.results import Snapshot
 from exporter.transport.codec import WireReport
 
 

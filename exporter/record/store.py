@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.record import codec
-from exporter.sources.model import Snapshot, SourceHealth
+from exporter.sources.results import Snapshot, SourceHealth
 from exporter.transport.codec import WireReport
 
 VERSION = 1

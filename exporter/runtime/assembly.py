@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from exporter.actions.evict import evictor_for, lease_for
 from exporter.actions.orders import Evictor
-from exporter.config.model import Config, PolicySource
+from exporter.config.settings import Config, PolicySource
 from exporter.engine.decide import Decider
 from exporter.engine.groups.brokersplits import BrokerSplits, Counts, Entry, Report, java_long
 from exporter.pipeline.tables import BrokerSide
@@ -30,7 +30,7 @@ from exporter.server.http import PublishedState
 from exporter.sources.adminside import AdminSide, SnapshotSource
 from exporter.sources.brokerreports import BrokerReports, ReceivedReport
 from exporter.sources.brokerreports import broker_reports_for as reports_reader
-from exporter.sources.model import Snapshot, SourceHealth
+from exporter.sources.results import Snapshot, SourceHealth
 from exporter.transport.client import client_options
 from exporter.transport.codec import WireReport
 from exporter.transport.pulsarwire import NetworkUsage

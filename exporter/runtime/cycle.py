@@ -20,8 +20,8 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, NamedTuple, Unpack
 
 from exporter.actions.plan import Enforcement, consumers_seen
-from exporter.config.model import Config, ResourceGroup
 from exporter.config.reload import ConfigFile, Reloaded, ReloadRejected
+from exporter.config.settings import Config, ResourceGroup
 from exporter.engine.attention import stats_wanted
 from exporter.engine.decide import Decider, Decisions
 from exporter.engine.groups.applicable import effective_groups
@@ -44,7 +44,7 @@ from exporter.runtime.assembly import (
 from exporter.runtime.exchange import UsageExchange, from_wire, with_exchange
 from exporter.server.http import PublishedState
 from exporter.sources.brokerreports import BrokerReports, BrokerReportsView
-from exporter.sources.model import Snapshot
+from exporter.sources.results import Snapshot
 from exporter.transport.codec import WireReport
 
 if TYPE_CHECKING:  # pulsar-client, loaded only by an instance that enforces

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from exporter.actions.orders import LeaseState, LeaseView
-from exporter.config.model import Config
+from exporter.config.settings import Config
 from exporter.engine.groups.usage import Usage, UsageReport
 from exporter.transport.codec import MAX_SEQUENCE, Entry, Rates, Undecodable, WireReport, encode
 from exporter.transport.decoder import decode

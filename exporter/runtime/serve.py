@@ -8,8 +8,8 @@ import signal
 import threading
 from collections.abc import Callable
 
-from exporter.config.model import Config
 from exporter.config.reload import ConfigFile
+from exporter.config.settings import Config
 from exporter.pipeline import jvmarchive
 from exporter.runtime.assembly import CycleRecorder, assemble
 from exporter.runtime.cycle import Exporter

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 from exporter.config import values as cv
 from exporter.config.load import ConfigError, read_yaml
-from exporter.config.model import Exposition
 from exporter.config.reader import Reader, describe, join
+from exporter.config.settings import Exposition
 from exporter.config.units import parse_duration
 from exporter.server.webconfig import (
     BasicAuth,

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import bcrypt
 
-from exporter.config.model import Exposition, Tls
+from exporter.config.settings import Exposition, Tls
 from exporter.config.values import BCRYPT_HASH
 
 log = logging.getLogger(__name__)

@@ -51,8 +51,8 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from exporter.adminhttp import AdminHttp, CaFileError, TokenFileError
-from exporter.config.model import AdminSource
-from exporter.names import partitioned_parent
+from exporter.config.settings import AdminSource
+from exporter.pulsarnames import partitioned_parent
 from exporter.sources.adminjson import (
     bundles_from_json,
     object_of,
@@ -62,7 +62,9 @@ from exporter.sources.adminjson import (
     topic_stats_from_json,
 )
 from exporter.sources.brokers import FetchFailed, FetchFailure, HealthLedger, classify
-from exporter.sources.model import (
+from exporter.sources.policies import PolicyCache
+from exporter.sources.resourcegroups import GroupCache
+from exporter.sources.results import (
     AdminSnapshot,
     BundleOwnership,
     ScrapeError,
@@ -70,8 +72,6 @@ from exporter.sources.model import (
     SourceKind,
     TopicStats,
 )
-from exporter.sources.policies import PolicyCache
-from exporter.sources.resourcegroups import GroupCache
 
 __all__ = ["AdminFetched", "AdminScrape", "AdminScraper", "bundles_from_json",
            "partitioned_stats_from_json", "subscription_from_json", "topic_stats_from_json"]

@@ -13,7 +13,7 @@ from itertools import pairwise
 from typing import Literal, overload
 
 from exporter.sources.brokers import FetchFailure
-from exporter.sources.model import (
+from exporter.sources.results import (
     BundleOwnership,
     ScrapeError,
     SubscriptionStats,

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from exporter.config.model import Sources
+from exporter.config.settings import Sources
 from exporter.sources.admin import AdminScraper, StatsChoice
-from exporter.sources.model import Snapshot
 from exporter.sources.policies import PolicyCache
 from exporter.sources.resourcegroups import GroupCache
+from exporter.sources.results import Snapshot
 
 
 class SnapshotSource(Protocol):

@@ -19,7 +19,7 @@ class adds nothing; a replication series appears with the first report that carr
 than it) are counted (`unknown_fields`: reports and entries carrying any) and named in one log
 line per take; the rest of such a report is summed as usual.
 
-Read-only: we never publish there (our own reports have their own topic, config/model.py's
+Read-only: we never publish there (our own reports have their own topic, config/settings.py's
 `USAGE_TOPIC`). A non-persistent topic keeps no history, so reports sent while we are not
 connected are not counted (PIP-82 accepts the same undercount). A payload that does not
 decode is counted by reason and logged once per take, never fatal. A broker silent for
@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.transport.pulsarwire import (
     BrokerUsageReport,
     GroupUsage,

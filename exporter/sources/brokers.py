@@ -32,8 +32,8 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 
 from exporter.config import userinfo
-from exporter.config.model import BrokerSource, TlsClient
-from exporter.sources.model import ScrapeError, SourceHealth, SourceKind
+from exporter.config.settings import BrokerSource, TlsClient
+from exporter.sources.results import ScrapeError, SourceHealth, SourceKind
 
 CHUNK_BYTES = 1 << 16
 INFLATE_BYTES = 1 << 20
@@ -220,7 +220,7 @@ def _connection(source: BrokerSource, url: str, timeout: float,
         raise FetchFailure(ScrapeError.OTHER, f"unsupported URL {url!r}")
     home = _origin(url) == _origin(source.url)
     headers = {"Accept-Encoding": "gzip", "Accept": _ACCEPT, "User-Agent": _USER_AGENT}
-    if home and source.authorization is not None:  # the URL's userinfo too (config/model.py)
+    if home and source.authorization is not None:  # the URL's userinfo too (config/settings.py)
         headers["Authorization"] = source.authorization
     conn: http.client.HTTPConnection
     if parts.scheme == "https":

@@ -35,9 +35,9 @@ from types import MappingProxyType
 from typing import TypeVar
 from urllib.parse import quote
 
-from exporter.config.model import RetentionPolicy
+from exporter.config.settings import RetentionPolicy
 from exporter.sources.brokers import FetchFailure
-from exporter.sources.model import PulsarQuotas, QuotaType, ScrapeError, TypedQuota
+from exporter.sources.results import PulsarQuotas, QuotaType, ScrapeError, TypedQuota
 
 A = TypeVar("A")
 T = TypeVar("T")

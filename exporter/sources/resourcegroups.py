@@ -37,9 +37,9 @@ from types import MappingProxyType
 from typing import TypeVar
 from urllib.parse import quote
 
-from exporter.config.model import RateLimit, ResourceGroup
+from exporter.config.settings import RateLimit, ResourceGroup
 from exporter.sources.brokers import FetchFailure
-from exporter.sources.model import ScrapeError
+from exporter.sources.results import ScrapeError
 
 A = TypeVar("A")
 T = TypeVar("T")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from exporter.config.model import Sources
+from exporter.config.settings import Sources
 
 
 def client_options(sources: Sources) -> dict[str, Any]:

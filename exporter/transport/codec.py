@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 
 MAGIC = 0xB7
 VERSION = 1  # without a replication entry

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 from exporter.sources.admin import AdminFetched, AdminScraper, StatsChoice
 from exporter.sources.policies import PolicyCache
 from exporter.sources.resourcegroups import GroupCache

@@ -133,7 +133,7 @@ def _serve(bodies_dir: Path) -> tuple[subprocess.Popen, str]:
 
 def _cycle(context, urls: list[str], repeat: int) -> tuple[float, float, float, int]:
     """(first cycle seconds, then job and merge seconds, medians), and the topics found."""
-    from exporter.config.model import BrokerSource
+    from exporter.config.settings import BrokerSource
     from exporter.pipeline.merge import merge, release_unused
     from exporter.pipeline.scrape import BrokerScrape, on_spark
 
@@ -165,7 +165,7 @@ def _task_parse(data: bytes, repeat: int) -> float:
     """Seconds (min of `repeat`, after a warm-up) that a task takes over `data` after its
     fetch (`scrape.parsed_pieces`: the pieces it cuts from the chunks it reads, their
     parse, the tables and their payloads)."""
-    from exporter.config.model import KEEP_ALL
+    from exporter.config.settings import KEEP_ALL
     from exporter.pipeline.scrape import parsed_pieces
     from exporter.sources.brokers import CHUNK_BYTES
 
@@ -291,7 +291,7 @@ def parsed_fleet(total: int, brokers: int) -> tuple[list, object]:
     """`total` topics over `brokers` bodies, each with its own topic names, parsed in this
     process into what the job hands the merge; and a configuration of them under `_QUOTAS`."""
     from exporter.config.load import parse
-    from exporter.config.model import KEEP_ALL
+    from exporter.config.settings import KEEP_ALL
     from exporter.pipeline.scrape import parsed_pieces, tables_of
 
     template = body_text(BodySpec(topics=max(1, total // brokers), concatenated=False))
@@ -466,7 +466,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
 
-    from exporter.config.model import Spark
+    from exporter.config.settings import Spark
     from exporter.pipeline.session import get_context
 
     t0 = time.perf_counter()

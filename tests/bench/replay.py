@@ -26,7 +26,7 @@ from exporter.config.load import parse
 from exporter.pipeline.session import get_context
 from exporter.record.replay import parse_all, replay_cycles
 from exporter.record.store import Recorder, read_cycles
-from exporter.sources.model import Snapshot, SourceHealth, SourceKind
+from exporter.sources.results import Snapshot, SourceHealth, SourceKind
 from tests.harness.synthetic import BodySpec, body_text
 
 URL = "http://broker-0:8080/metrics"

@@ -31,7 +31,7 @@ import time
 import timeit
 import zlib
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.decoder import decode
 from exporter.transport.gate import initial_sequence

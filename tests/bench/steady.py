@@ -46,7 +46,7 @@ from tests.harness.synthetic import BodySpec, body_text
 def steady(context, total: int, brokers: int, workdir: Path, cycles: int = 3,
            pip323: bool = False) -> None:
     from exporter.config.load import parse
-    from exporter.config.model import BrokerSource
+    from exporter.config.settings import BrokerSource
     from exporter.engine.backlog.agetable import DEFAULT_MAX_POINTS
     from exporter.engine.decide import Decider
     from exporter.exposition.build_topics import as_published
@@ -119,7 +119,7 @@ def main() -> None:
                         help="bodies that print PIP-323's age of each topic (Pulsar >= 3.2)")
     args = parser.parse_args()
 
-    from exporter.config.model import Spark
+    from exporter.config.settings import Spark
     from exporter.pipeline.session import get_context
 
     context = get_context(Spark(master=args.master))

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.engine.groups.brokersplits import Counts, Quota, Splits
 
 DIMENSIONS = ("bytes", "messages")

@@ -23,7 +23,7 @@ from exporter.actions.admin import AdminEvictor
 from exporter.actions.binary import BinaryEvictor
 from exporter.actions.orders import EvictionOrder, Performed
 from exporter.adminhttp import AdminHttp
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 from exporter.runtime.cycle import CycleReport
 from tests.cluster.helpers import (
     PAYLOAD,

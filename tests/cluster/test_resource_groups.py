@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 
 from exporter.config.load import parse
-from exporter.config.model import BROKER_USAGE_TOPIC, MonitoringClass, RateLimit, ResourceGroup
+from exporter.config.settings import BROKER_USAGE_TOPIC, MonitoringClass, RateLimit, ResourceGroup
 from exporter.engine.groups.brokersplits import BrokerSplits, Counts, Quota, Splits
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.assembly import splits_report

@@ -31,7 +31,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from exporter.config.model import BROKER_USAGE_TOPIC, USAGE_TOPIC, MonitoringClass
+from exporter.config.settings import BROKER_USAGE_TOPIC, USAGE_TOPIC, MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.gate import initial_sequence
 from tests.e2e.scenario import REPO, Scenario, Workload, rule_files

@@ -55,13 +55,13 @@ from exporter.catalogue import (
     SCRAPE_ERROR_REASONS,
 )
 from exporter.config.load import ConfigError, load, parse
-from exporter.config.model import Config, MonitoringClass
+from exporter.config.settings import Config, MonitoringClass
 from exporter.engine.decide import Decider
 from exporter.exposition.build import CycleFacts, Tallies, build
 from exporter.exposition.render import render
 from exporter.exposition.status import view
+from exporter.pipeline.aggregates import MalformedReason
 from exporter.pipeline.merge import merge
-from exporter.pipeline.model import MalformedReason
 from exporter.pipeline.parse import FAMILIES, parse_text
 from exporter.pipeline.tables import source_tables
 from exporter.runtime.exchange import UsageExchange
@@ -73,9 +73,9 @@ from exporter.sources.adminjson import (
 )
 from exporter.sources.brokerreports import BrokerReports
 from exporter.sources.brokers import SNIFF_BYTES, FetchFailure, classify, sniff, whole_lines
-from exporter.sources.model import ScrapeError
 from exporter.sources.policies import broker_default_from_json, quota_map_from_json
 from exporter.sources.resourcegroups import binding_from_json, group_from_json
+from exporter.sources.results import ScrapeError
 from exporter.transport import pulsarwire
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.signing import HEADER_BYTES, seal, unwrap

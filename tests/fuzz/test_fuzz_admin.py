@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.brokers import FetchFailed
 from exporter.sources.policies import PolicyCache

@@ -20,7 +20,7 @@ one gets its test here and, while its fix is pending, its site in `inputs.KNOWN_
    Fix: catch OverflowError in `Reader.check` (or raise ValueError("… too large") in the
    three converters).
    config/sections.py `resource_group_engine`: `max_suppressed_rounds` takes any integer
-   ≥ 0, then `ResourceGroupEngine.max_report_gap` (config/model.py) multiplies it into a
+   ≥ 0, then `ResourceGroupEngine.max_report_gap` (config/settings.py) multiplies it into a
    float: OverflowError for one above ~1.8e308. Fix: give `cv.integer` an upper bound for
    it (a few thousand rounds is already days), or check the product before comparing.
 4. config/auth.py `read`: a file name holding NUL makes `Path.read_text` raise ValueError
@@ -58,14 +58,14 @@ import pytest
 
 from exporter.cli import main
 from exporter.config.load import ConfigError, load, parse
-from exporter.config.model import AdminSource, BrokerSource
+from exporter.config.settings import AdminSource, BrokerSource
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.sources.admin import AdminScraper
 from exporter.sources.adminjson import topic_stats_from_json
 from exporter.sources.brokers import FetchFailed, FetchFailure
-from exporter.sources.model import ScrapeError
 from exporter.sources.policies import broker_default_from_json
+from exporter.sources.results import ScrapeError
 from tests.fakes.admin_server import FakeAdminServer
 from tests.fuzz import inputs
 from tests.fuzz.brokerserver import BrokerServer, Response

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.catalogue import SCRAPE_ERROR_REASONS
-from exporter.config.model import BrokerSource
+from exporter.config.settings import BrokerSource
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from tests.fuzz import inputs
 from tests.fuzz.brokerserver import BrokerServer, Response, mutated_bodies, responses

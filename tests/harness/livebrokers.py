@@ -9,7 +9,7 @@ from typing import Protocol
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
 from exporter.sources.brokers import HealthLedger
-from exporter.sources.model import SourceKind
+from exporter.sources.results import SourceKind
 
 
 class OneBroker(Protocol):

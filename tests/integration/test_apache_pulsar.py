@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pulsar
 
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 from exporter.sources.admin import AdminFetched, AdminScraper
-from exporter.sources.model import TopicStats
+from exporter.sources.results import TopicStats
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.fixtures import FIXTURES
 

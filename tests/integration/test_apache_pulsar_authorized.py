@@ -42,12 +42,12 @@ from exporter.actions.orders import (
     Performed,
 )
 from exporter.config.load import parse
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 from exporter.runtime.cycle import CycleReport, Exporter
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.brokers import FetchFailed
-from exporter.sources.model import ScrapeError
 from exporter.sources.policies import PolicyCache
+from exporter.sources.results import ScrapeError
 from exporter.transport.client import client_options
 from tests.harness.apache_pulsar import poll
 from tests.harness.exporter_config import live_exporter, one_broker

@@ -28,7 +28,7 @@ from exporter.actions.orders import (
 )
 from exporter.actions.plan import orders_for
 from exporter.catalogue import EVICTION_FAILURE_REASONS
-from exporter.config.model import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.config.settings import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.backlog.check import (
     EVICTION_TARGET,
     SubscriptionBacklog,

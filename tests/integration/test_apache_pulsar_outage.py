@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config.load import parse
-from exporter.config.model import Config
+from exporter.config.settings import Config
 from exporter.pipeline.lastgood import HOLD_CYCLES
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.runtime.cycle import CycleReport, Exporter

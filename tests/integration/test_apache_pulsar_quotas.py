@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 
-from exporter.config.model import AdminSource, BacklogQuotas, PolicySource
+from exporter.config.settings import AdminSource, BacklogQuotas, PolicySource
 from exporter.engine.backlog.quotas import resolve
 from exporter.runtime.cycle import Exporter
 from exporter.sources.admin import AdminFetched, AdminScraper
-from exporter.sources.model import QuotaType
 from exporter.sources.policies import PolicyCache
+from exporter.sources.results import QuotaType
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.exporter_config import live_exporter, one_broker
 from tests.harness.livebrokers import LiveBrokers

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 
-from exporter.config.model import BROKER_USAGE_TOPIC, USAGE_TOPIC
+from exporter.config.settings import BROKER_USAGE_TOPIC, USAGE_TOPIC
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
 from tests.harness.exporter_config import live_exporter, one_broker

@@ -18,7 +18,7 @@ from exporter.actions.binary import BinaryEvictor
 from exporter.actions.orders import EvictionFailed, EvictionOrder, Performed
 from exporter.config.load import parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
-from exporter.sources.model import ScrapeError
+from exporter.sources.results import ScrapeError
 from exporter.transport.channel import SENT, UsageChannel
 from exporter.transport.client import client_options
 from tests.harness.apache_pulsar import poll

@@ -10,7 +10,7 @@ import time
 import pulsar
 import pytest
 
-from exporter.config.model import USAGE_TOPIC, MonitoringClass
+from exporter.config.settings import USAGE_TOPIC, MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.signing import seal
 from tests.harness.fleet import RG, Fleet

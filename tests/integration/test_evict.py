@@ -29,7 +29,7 @@ from exporter.actions.orders import (
     Performed,
     Skipped,
 )
-from exporter.config.model import AdminSource, BrokerSource, Config, Sources
+from exporter.config.settings import AdminSource, BrokerSource, Config, Sources
 from tests.harness.loopback import LoopbackHTTP
 from tests.harness.pulsar import PulsarLite, pulsar_lite_fixture
 

@@ -13,7 +13,7 @@ import pulsar
 import pytest
 
 from exporter.config.load import parse
-from exporter.config.model import BacklogQuota, RetentionPolicy
+from exporter.config.settings import BacklogQuota, RetentionPolicy
 from exporter.demo.embedded import EmbeddedBroker
 from exporter.engine.backlog.check import EVICTION_TARGET
 from exporter.pipeline.lastgood import HOLD_CYCLES

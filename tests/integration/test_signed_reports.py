@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.model import (
+from exporter.config.settings import (
     Config,
     MonitoringClass,
     ReportSigning,

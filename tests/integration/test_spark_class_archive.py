@@ -28,7 +28,7 @@ pytestmark = pytest.mark.spark
 
 STARTED_WITH_IT = textwrap.dedent("""
     import sys
-    from exporter.config.model import Spark
+    from exporter.config.settings import Spark
     from exporter.pipeline import jvmarchive, session
     path = jvmarchive.archive_path()
     options = session.session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"]
@@ -42,7 +42,7 @@ STARTED_WITH_IT = textwrap.dedent("""
 
 STARTED_ANYWAY = textwrap.dedent("""
     import logging
-    from exporter.config.model import Spark
+    from exporter.config.settings import Spark
     from exporter.pipeline import session
     logging.basicConfig(level=logging.WARNING)
     print(session.get_context(Spark(master="local[2]")).parallelize(range(5), 2).count())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.transport.channel import (
     Backoff,
     NotSent,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.config.model import (
+from exporter.config.settings import (
     AdminSource,
     BacklogQuota,
     BacklogQuotas,
@@ -23,8 +23,8 @@ from exporter.engine.backlog.quotas import resolve
 from exporter.engine.decide import Decisions
 from exporter.pipeline.lastgood import LastGood
 from exporter.sources.admin import AdminFetched, AdminScraper
-from exporter.sources.model import PulsarQuotas, QuotaType, TypedQuota
 from exporter.sources.policies import PolicyCache
+from exporter.sources.results import PulsarQuotas, QuotaType, TypedQuota
 from tests.fakes.admin_server import PARTITIONED_TOPIC, TOPIC, FakeAdminServer
 from tests.unit.test_lastgood import A, B, tables
 from tests.unit.test_sources_policies import Clock
@@ -203,7 +203,7 @@ def test_the_engine_doubts_each_topic_whose_printed_limits_differ() -> None:
     from exporter.pipeline.merge import merge
     from exporter.pipeline.parse import parse_text
     from exporter.pipeline.tables import source_tables
-    from exporter.sources.model import AdminSnapshot
+    from exporter.sources.results import AdminSnapshot
 
     printed = {"same-1": 1024, "moved": 512, "same-2": 1024, "silent": None, "own": 512,
                "own-moved": 1024}

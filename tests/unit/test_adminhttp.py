@@ -18,7 +18,7 @@ import pytest
 from exporter.actions.admin import AdminEvictor
 from exporter.actions.orders import EvictionFailed, EvictionOrder, Performed
 from exporter.adminhttp import AdminHttp, RedirectRefused
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 from tests.harness.certs import ScratchCA
 
 TOPIC = "persistent://t/ns/x"

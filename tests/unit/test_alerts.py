@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from exporter.catalogue import BY_NAME, CATALOGUE
-from exporter.config.model import Config, ResourceGroupEngine
+from exporter.config.settings import Config, ResourceGroupEngine
 from exporter.generate import alerts as gen
 from exporter.generate import runbooks
 from exporter.generate import selector as sel

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import Allocator
+from exporter.config.settings import Allocator
 from exporter.engine.groups.allocators import (
     HEADROOM,
     PROBE,

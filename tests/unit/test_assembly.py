@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from exporter.config.load import parse
-from exporter.config.model import Config
+from exporter.config.settings import Config
 from exporter.record.replay import SimulatedEvictor
 from exporter.runtime.assembly import assemble, reassemble
 from exporter.runtime.cycle import Exporter
 from exporter.sources.adminside import AdminSide
-from exporter.sources.model import Snapshot
+from exporter.sources.results import Snapshot
 
 
 def _config(url: str = "http://broker-1:8080/metrics", **extra: Any) -> Config:

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from exporter.config.load import parse
-from exporter.config.model import LoadManager, SheddingStrategy
+from exporter.config.settings import LoadManager, SheddingStrategy
 from exporter.engine.load.avgshedder import NO_HITS, AvgHits, avg_shedder, java_hash, map_order
 from exporter.engine.load.loadbalance import ShedOutcome, ShedReason
 from exporter.engine.load.shedders import shed

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.config.settings import BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.backlog.check import (
     EVICTION_TARGET,
     Action,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.sources.brokerreports import BrokerReports, ReportedUsage, broker_reports_for
 from exporter.transport.pulsarwire import WireError
 from tests.harness.resource_usage_info import entry, field, info, network

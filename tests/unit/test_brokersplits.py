@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from exporter.config.model import MonitoringClass, RateLimit, ResourceGroup
+from exporter.config.settings import MonitoringClass, RateLimit, ResourceGroup
 from exporter.engine.groups.brokersplits import (
     BrokerSplits,
     Counts,

@@ -20,7 +20,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from exporter.config.load import ConfigError, load, parse
-from exporter.config.model import (
+from exporter.config.settings import (
     Allocator,
     BacklogQuota,
     Config,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config.load import ConfigError, parse
-from exporter.config.model import PolicySource
+from exporter.config.settings import PolicySource
 from tests.unit.test_config import run_cli
 
 FILE = "q.yaml"

@@ -14,14 +14,14 @@ import pytest
 
 from exporter.actions.plan import consumers_seen
 from exporter.config.load import parse
-from exporter.config.model import KEEP_ALL, TopicFilter
+from exporter.config.settings import KEEP_ALL, TopicFilter
 from exporter.pipeline.merge import merge
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import BrokerData, source_tables
 from exporter.record.replay import SimulatedEvictor
 from exporter.runtime.cycle import Exporter
 from exporter.sources.brokers import FetchFailed, HealthLedger
-from exporter.sources.model import ScrapeError, Snapshot, SourceKind
+from exporter.sources.results import ScrapeError, Snapshot, SourceKind
 from tests.harness.pulsar import Metrics
 
 URL = "http://broker-1:8080/metrics"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.engine.groups.usage import Usage, UsageReport
 from exporter.runtime.exchange import from_wire, to_wire
 from exporter.transport.codec import WireReport, encode

@@ -398,7 +398,7 @@ def test_a_100k_series_body_is_exact_across_the_render_batches():
 
 # --- the brokers' own splits --------------------------------------------------------------
 def test_each_brokers_split_is_published_per_allocator_and_absent_when_unknown():
-    from exporter.config.model import MonitoringClass
+    from exporter.config.settings import MonitoringClass
     from exporter.engine.groups.brokersplits import Counts, Quota, Splits, Unknowable, Unknown
     from exporter.exposition.build import CycleFacts, Tallies, build
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from exporter.config.load import ConfigError, parse
-from exporter.config.model import TopicFilter
+from exporter.config.settings import TopicFilter
 from exporter.exposition.build import Tallies
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import keep, source_tables

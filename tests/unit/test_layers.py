@@ -33,11 +33,11 @@ def test_the_layers_hold() -> None:
 def test_an_import_back_up_breaks_the_contract(tmp_path: Path) -> None:
     copy = tmp_path / "exporter"
     shutil.copytree(ROOT / "exporter", copy, ignore=shutil.ignore_patterns("__pycache__"))
-    with (copy / "sources" / "model.py").open("a") as f:
+    with (copy / "sources" / "results.py").open("a") as f:
         f.write("\nfrom exporter.engine.backlog.quotas import resolve  # noqa\n")
     run = _lint(tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "exporter.sources.model -> exporter.engine.backlog.quotas" in run.stdout
+    assert "exporter.sources.results -> exporter.engine.backlog.quotas" in run.stdout
 
 
 def test_one_engine_importing_another_breaks_the_contract(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import LoadManager
+from exporter.config.settings import LoadManager
 from exporter.engine.load.loadbalance import (
     BrokerLoad,
     BundleStats,

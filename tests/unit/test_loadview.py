@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import LoadManager, SheddingStrategy
+from exporter.config.settings import LoadManager, SheddingStrategy
 from exporter.engine.load.loadbalance import (
     BundleStats,
     Resource,
@@ -39,8 +39,8 @@ from exporter.engine.load.shedders import SkipReason
 from exporter.exposition.build_load import add_load
 from exporter.exposition.metricset import MetricSetBuilder
 from exporter.exposition.render import render
-from exporter.pipeline.model import BROKERS, BUNDLES, FULL_BUNDLE, Aggregates
-from exporter.sources.model import AdminSnapshot, BundleOwnership
+from exporter.pipeline.aggregates import BROKERS, BUNDLES, FULL_BUNDLE, Aggregates
+from exporter.sources.results import AdminSnapshot, BundleOwnership
 
 A = "http://broker-a:8080/metrics"
 B = "http://broker-b:8080/metrics"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config.model import Allocator, MonitoringClass, ResourceGroupEngine
+from exporter.config.settings import Allocator, MonitoringClass, ResourceGroupEngine
 from exporter.engine.groups.participant import Participant
 from exporter.engine.groups.usage import Usage, UsageReport
 

@@ -11,11 +11,11 @@ import pytest
 from exporter.config.load import parse
 from exporter.engine.backlog.check import TimeSource
 from exporter.engine.decide import Decider
+from exporter.pipeline.aggregates import NAMESPACES, SOURCE_NAMESPACES, TOPIC_ONLY, TOPICS
 from exporter.pipeline.merge import merge
-from exporter.pipeline.model import NAMESPACES, SOURCE_NAMESPACES, TOPIC_ONLY, TOPICS
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
-from exporter.sources.model import AdminSnapshot, SubscriptionStats, TopicStats
+from exporter.sources.results import AdminSnapshot, SubscriptionStats, TopicStats
 from tests.harness.fixtures import FIXTURES
 
 BODY = (FIXTURES / "apache-pulsar-4.0-metrics.txt").read_bytes()

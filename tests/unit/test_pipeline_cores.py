@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config.model import Spark
+from exporter.config.settings import Spark
 from exporter.pipeline.cores import available_cores, cgroup_quota
 from exporter.pipeline.session import local_cores, session_conf
 

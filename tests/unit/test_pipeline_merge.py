@@ -16,21 +16,21 @@ from dataclasses import replace
 import pyarrow as pa
 import pytest
 
-from exporter.config.model import LoadManager, ResourceGroup, SheddingStrategy
+from exporter.config.settings import LoadManager, ResourceGroup, SheddingStrategy
 from exporter.engine.load.loadbalance import Resource, ShedOutcome
 from exporter.engine.load.loadview import Judged, Unjudged, UsageGap, evaluate_load
 from exporter.pipeline import slices
-from exporter.pipeline.merge import bindings, bundle_ranges, in_range, merge
-from exporter.pipeline.model import (
+from exporter.pipeline.aggregates import (
     FULL_BUNDLE,
     SCHEMAS,
     SOURCE_SUBSCRIPTIONS,
     Aggregates,
     MalformedReason,
 )
+from exporter.pipeline.merge import bindings, bundle_ranges, in_range, merge
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
-from exporter.sources.model import BundleOwnership
+from exporter.sources.results import BundleOwnership
 from tests.harness.fixtures import FIXTURES
 from tests.harness.synthetic import BodySpec, body_text, expected_totals
 

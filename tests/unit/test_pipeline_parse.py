@@ -20,12 +20,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.names import METRIC_NAME
 from exporter.pipeline import parse, slices
+from exporter.pipeline.aggregates import MalformedReason
 from exporter.pipeline.labelsets import SeenSets
-from exporter.pipeline.model import MalformedReason
 from exporter.pipeline.parse import BROKER_FAMILIES, FAMILIES, parse_text
 from exporter.pipeline.tables import SourceTables, source_tables
+from exporter.pulsarnames import METRIC_NAME
 from exporter.sources.brokers import whole_lines
 from tests.harness.fixtures import FIXTURES
 

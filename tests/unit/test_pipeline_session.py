@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from exporter.config.model import Spark
+from exporter.config.settings import Spark
 from exporter.pipeline import jvmarchive, sparkhome
 from exporter.pipeline.session import (
     FINISHED_KEPT,
@@ -138,7 +138,7 @@ def test_local_workers_take_arrows_buffers_from_malloc():
 def test_local_workers_run_arrow_tasks_without_pandas():
     """pyarrow would import pandas (~30 MB a worker) on its first `pa.array`, where it is
     installed: the exporter does not depend on it, but an operator's Python may hold it.
-    The workers refuse it themselves (daemon.py, unneeded.py), installed or not."""
+    The workers refuse it themselves (daemon.py, importblocker.py), installed or not."""
     def task() -> tuple[str, int]:
         made = pa.array([1, 2])  # what imports pandas when it can
         try:
@@ -149,7 +149,7 @@ def test_local_workers_run_arrow_tasks_without_pandas():
         return found, len(made)
 
     assert _in_a_worker(task) == (
-        "No module named 'pandas' in the exporter's processes (exporter/unneeded.py)", 2)
+        "No module named 'pandas' in the exporter's processes (exporter/importblocker.py)", 2)
 
 
 def test_local_driver_jvm_flags_and_the_class_archive_when_there_is_one(tmp_path, monkeypatch):

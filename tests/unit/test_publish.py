@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.catalogue import ENFORCERS
-from exporter.config.model import RetentionPolicy
+from exporter.config.settings import RetentionPolicy
 from exporter.exposition.build_topics import as_published, enforcer, published_topics
 
 HOLD, EXC, EVICT = (RetentionPolicy.PRODUCER_REQUEST_HOLD, RetentionPolicy.PRODUCER_EXCEPTION,
@@ -36,7 +36,7 @@ NOW = 10_000.0
 def _decisions():
     """Topics over and within limits of each type, without a backlog, without a limit, and
     under another namespace's policy."""
-    from exporter.config.model import BacklogQuota, BacklogQuotas
+    from exporter.config.settings import BacklogQuota, BacklogQuotas
     from exporter.engine.backlog.check import (
         SubscriptionBacklog,
         TimeSource,

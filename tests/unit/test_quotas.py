@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
+from exporter.config.settings import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
 from exporter.engine.backlog.check import (
     Action,
     LimitStatus,
@@ -16,7 +16,7 @@ from exporter.engine.backlog.check import (
     check,
 )
 from exporter.engine.backlog.quotas import QuotaSource, Resolver, configured, resolve
-from exporter.sources.model import PulsarQuotas, QuotaType, TypedQuota
+from exporter.sources.results import PulsarQuotas, QuotaType, TypedQuota
 
 NS = "acme/orders"
 TOPIC = f"persistent://{NS}/t1"

@@ -10,10 +10,10 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.config.model import MonitoringClass, RetentionPolicy
+from exporter.config.settings import MonitoringClass, RetentionPolicy
 from exporter.record import codec
 from exporter.record.store import Recorder, RecordError, config_text, read_cycle, read_cycles
-from exporter.sources.model import (
+from exporter.sources.results import (
     AdminSnapshot,
     BundleOwnership,
     PulsarQuotas,

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from exporter.config.load import parse
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import source_tables
 from exporter.record.replay import replay_cycles
 from exporter.record.store import RecordedCycle
 from exporter.sources.brokers import HealthLedger
-from exporter.sources.model import Snapshot, SourceKind
+from exporter.sources.results import Snapshot, SourceKind
 from exporter.transport.codec import Entry, Rates, WireReport
 
 URL = "http://broker-1:8080/metrics"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from exporter.actions.orders import LeaseState
 from exporter.config.load import parse
-from exporter.config.model import MonitoringClass, ResourceGroupEngine
+from exporter.config.settings import MonitoringClass, ResourceGroupEngine
 from exporter.engine.groups.participant import Participant
 from exporter.engine.groups.usage import Usage, UsageReport
 from exporter.runtime.exchange import UsageExchange, reporter_topic, to_wire

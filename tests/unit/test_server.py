@@ -20,7 +20,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter.config.model import Exposition, Tls
+from exporter.config.settings import Exposition, Tls
 from exporter.demo.embedded import free_port
 from exporter.exposition.render import CONTENT_TYPE
 from exporter.server.http import (

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from exporter.cli import _limits, _parser
-from exporter.config.model import Exposition, Tls
+from exporter.config.settings import Exposition, Tls
 from exporter.server.http import PublishedState, build_server, check_metrics_path
 from exporter.server.limits import Limits
 from exporter.server.webconfig import load_web_config

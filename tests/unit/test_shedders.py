@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 
-from exporter.config.model import LoadManager, SheddingStrategy
+from exporter.config.settings import LoadManager, SheddingStrategy
 from exporter.engine.load.loadbalance import BrokerLoad, BundleStats, ShedOutcome, ShedReason
 from exporter.engine.load.shedders import (
     SkipReason,

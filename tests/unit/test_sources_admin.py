@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import AdminSource
+from exporter.config.settings import AdminSource
 from exporter.sources.admin import (
     AdminFetched,
     AdminScraper,
@@ -28,7 +28,7 @@ from exporter.sources.admin import (
 )
 from exporter.sources.adminjson import MAX_AGE_SECONDS
 from exporter.sources.brokers import FetchFailed, FetchFailure
-from exporter.sources.model import ScrapeError, SourceKind
+from exporter.sources.results import ScrapeError, SourceKind
 from tests.fakes.admin_server import (
     BOUNDARIES,
     PARTITIONED_STATS_DOCS,

@@ -3,9 +3,9 @@ test_sources_brokers.py)."""
 
 from __future__ import annotations
 
-from exporter.config.model import AdminSource, BrokerSource, Sources
+from exporter.config.settings import AdminSource, BrokerSource, Sources
 from exporter.sources.adminside import AdminSide
-from exporter.sources.model import ScrapeError, SourceKind
+from exporter.sources.results import ScrapeError, SourceKind
 from tests.fakes.admin_server import TOPIC, FakeAdminServer
 
 

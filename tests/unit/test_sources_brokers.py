@@ -22,13 +22,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import BrokerSource
+from exporter.config.settings import BrokerSource
 from exporter.pipeline.packed import coded
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.pipeline.tables import source_tables
 from exporter.sources.brokers import SNIFF_BYTES, sniff
-from exporter.sources.model import ScrapeError, SourceKind
+from exporter.sources.results import ScrapeError, SourceKind
 from tests.harness.fixtures import FIXTURES
 from tests.harness.loopback import LoopbackHTTP
 

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.config.model import AdminSource, RetentionPolicy
+from exporter.config.settings import AdminSource, RetentionPolicy
 from exporter.sources.admin import AdminFetched, AdminScraper
 from exporter.sources.brokers import FetchFailure
-from exporter.sources.model import QuotaType, ScrapeError, TypedQuota
 from exporter.sources.policies import PolicyCache, broker_default_from_json, quota_map_from_json
+from exporter.sources.results import QuotaType, ScrapeError, TypedQuota
 from tests.fakes.admin_server import TOPIC, FakeAdminServer, Fault
 
 SIZE, TIME = QuotaType.SIZE, QuotaType.TIME

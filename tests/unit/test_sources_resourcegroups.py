@@ -14,16 +14,16 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from exporter.config.model import PolicySource, RateLimit, ResourceGroup
+from exporter.config.settings import PolicySource, RateLimit, ResourceGroup
 from exporter.engine.groups.applicable import effective_groups
 from exporter.sources.brokers import FetchFailure
-from exporter.sources.model import ScrapeError
 from exporter.sources.resourcegroups import (
     GroupCache,
     binding_from_json,
     group_from_json,
     topic_binding_from_text,
 )
+from exporter.sources.results import ScrapeError
 
 # GET /admin/v2/resourcegroups/rg-a after `PUT` with these four rates, as 4.0.8 answers.
 RG_A = {"publishRateInMsgs": 50, "publishRateInBytes": 100000, "dispatchRateInMsgs": -1,

@@ -16,7 +16,7 @@ import pytest
 from exporter.config.load import ConfigError, parse
 from exporter.pipeline.scrape import BrokerScrape, in_process
 from exporter.sources.brokers import tls_context
-from exporter.sources.model import ScrapeError
+from exporter.sources.results import ScrapeError
 from tests.harness.certs import Issued, ScratchCA
 from tests.harness.fixtures import FIXTURES
 from tests.harness.loopback import LoopbackHTTP

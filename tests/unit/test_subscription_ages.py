@@ -18,7 +18,7 @@ from exporter.pipeline.merge import merge
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import source_tables
 from exporter.sources.adminjson import topic_stats_from_json
-from exporter.sources.model import AdminSnapshot, SubscriptionStats, TopicStats
+from exporter.sources.results import AdminSnapshot, SubscriptionStats, TopicStats
 from tests.harness.fixtures import FIXTURES
 from tests.harness.pulsar import Metrics
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from exporter.config.model import MonitoringClass, RateLimit, ResourceGroup
+from exporter.config.settings import MonitoringClass, RateLimit, ResourceGroup
 from exporter.engine.groups.throttle import (
     LimitedBy,
     ObservedRates,

@@ -31,11 +31,11 @@ from exporter.engine.backlog.sizes import message_sizes, slowest_backlogs
 from exporter.engine.backlog.topicdecisions import TopicDecisions
 from exporter.engine.columns import counts, floats, positions
 from exporter.engine.decide import Decider
+from exporter.pipeline.aggregates import Aggregates
 from exporter.pipeline.merge import merge
-from exporter.pipeline.model import Aggregates
 from exporter.pipeline.parse import parse_text
 from exporter.pipeline.tables import source_tables
-from exporter.sources.model import AdminSnapshot, SubscriptionStats, TopicStats
+from exporter.sources.results import AdminSnapshot, SubscriptionStats, TopicStats
 
 URL = "http://127.0.0.1:8080/metrics/"
 NOW = 1_800_000_000.0

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.transport.codec import (
     CLASSES,
     MAX_FIXED,

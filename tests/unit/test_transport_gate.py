@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.decoder import decode
 from exporter.transport.gate import (

@@ -10,7 +10,7 @@ import pytest
 
 from exporter.config.auth import MIN_SECRET_BYTES, parse_secrets
 from exporter.config.load import ConfigError, parse
-from exporter.config.model import USAGE_TOPIC, MonitoringClass, ReportSigning
+from exporter.config.settings import USAGE_TOPIC, MonitoringClass, ReportSigning
 from exporter.transport.codec import Entry, Rates, WireReport, encode
 from exporter.transport.decoder import decode
 from exporter.transport.signing import (

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.config.model import MonitoringClass
+from exporter.config.settings import MonitoringClass
 from exporter.engine.groups.allocators import Observed, allocate
 from exporter.engine.groups.usage import (
     UNKNOWN,

@@ -43,10 +43,10 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 
-from exporter.config.model import BacklogQuota, BacklogQuotas, RetentionPolicy
+from exporter.config.settings import BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.backlog.quotas import QuotaSource, ResolvedQuota, configured, resolve
 from exporter.engine.javamath import java_int
-from exporter.sources.model import PulsarQuotas, QuotaType
+from exporter.sources.results import PulsarQuotas, QuotaType
 
 __all__ = ["QuotaSource", "QuotaType"]  # re-exported: they were defined here first
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from exporter.engine.backlog.check import SubscriptionBacklog, TimeSource
 from exporter.engine.backlog.measures import Measures, hashes
-from exporter.sources.model import TopicStats
+from exporter.sources.results import TopicStats
 
 # A subscription's time source, as a code: the index into SOURCES.
 SOURCES = (TimeSource.ESTIMATED, TimeSource.LOWER_BOUND, TimeSource.BROKER,

@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from exporter.config.model import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
-from exporter.names import partitioned_parent
-from exporter.sources.model import PulsarQuotas, QuotaType
+from exporter.config.settings import BacklogQuota, BacklogQuotas, PolicySource, RetentionPolicy
+from exporter.pulsarnames import partitioned_parent
+from exporter.sources.results import PulsarQuotas, QuotaType
 
 
 class QuotaSource(StrEnum):

@@ -20,7 +20,7 @@ from typing import overload
 
 import numpy as np
 
-from exporter.config.model import RetentionPolicy
+from exporter.config.settings import RetentionPolicy
 from exporter.engine.backlog.check import MEASURED, LimitStatus, TopicDecision, check_against
 from exporter.engine.backlog.publishtimes import BROKER, Subscriptions, first_per_row
 from exporter.engine.backlog.quotas import ResolvedQuota

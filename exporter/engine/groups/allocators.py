@@ -23,7 +23,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from exporter.config.model import Allocator
+from exporter.config.settings import Allocator
 from exporter.engine.groups.pulsarcalc import compute_local_quota
 
 K = TypeVar("K", bound=Hashable)

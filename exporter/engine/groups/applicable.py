@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from exporter.config.model import PolicySource, ResourceGroup
+from exporter.config.settings import PolicySource, ResourceGroup
 
 
 def effective_groups(yaml: Mapping[str, ResourceGroup],

@@ -80,7 +80,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from exporter.config.model import MonitoringClass, ResourceGroup
+from exporter.config.settings import MonitoringClass, ResourceGroup
 from exporter.engine.groups.allocators import Observed, fair_shares
 from exporter.engine.groups.pulsarcalc import compute_local_quota
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.config.model import Allocator, MonitoringClass, ResourceGroupEngine
+from exporter.config.settings import Allocator, MonitoringClass, ResourceGroupEngine
 from exporter.engine.groups.allocators import allocate
 from exporter.engine.groups.resourcegroups import need_to_report
 from exporter.engine.groups.usage import (

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from exporter.config.model import MonitoringClass, ResourceGroup
+from exporter.config.settings import MonitoringClass, ResourceGroup
 
 
 def throttle_delay(

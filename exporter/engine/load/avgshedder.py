@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.config.model import LoadManager
+from exporter.config.settings import LoadManager
 from exporter.engine.load.loadbalance import (
     BrokerLoad,
     BrokerVerdict,

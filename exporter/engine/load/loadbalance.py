@@ -6,7 +6,7 @@ broker acting on it. This module holds the shared vocabulary (a broker's load, a
 a verdict), Pulsar 4.0's `OverloadShedder` and the bundle-split strategy
 (`BundleSplitterTask` / `DefaultNamespaceBundleSplitStrategyImpl`); engine/load/shedders.py
 holds `ThresholdShedder` and `UniformLoadShedder` and picks the configured one. The
-thresholds are those of `exporter.config.model.LoadManager` (broker.conf's `loadBalancer*`).
+thresholds are those of `exporter.config.settings.LoadManager` (broker.conf's `loadBalancer*`).
 
 Units: resource usage in percent of its limit (Pulsar's `ResourceUsage.percentUsage()`,
 the value of the broker's `pulsar_lb_*_usage` gauges); rates per second; throughput in
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypedDict, Unpack
 
-from exporter.config.model import LoadManager
+from exporter.config.settings import LoadManager
 from exporter.engine.systemtopics import SLA_OR_HEARTBEAT
-from exporter.names import bundle_range
+from exporter.pulsarnames import bundle_range
 
 # A full bundle name: the namespace ("tenant/ns", or "tenant/cluster/ns" for v1 names)
 # then the hash range (names.bundle_range).

@@ -48,7 +48,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
-from exporter.config.model import LoadManager, SheddingStrategy
+from exporter.config.settings import LoadManager, SheddingStrategy
 from exporter.engine.load.avgshedder import AvgHits
 from exporter.engine.load.loadbalance import (
     BrokerLoad,
@@ -58,8 +58,8 @@ from exporter.engine.load.loadbalance import (
     split_candidates,
 )
 from exporter.engine.load.shedders import SkipReason, ThresholdHistory, shed
-from exporter.pipeline.model import Aggregates
-from exporter.sources.model import AdminSnapshot
+from exporter.pipeline.aggregates import Aggregates
+from exporter.sources.results import AdminSnapshot
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _REQUIRED_USAGE = ("cpu_percent", "memory_percent", "bandwidth_in_percent",

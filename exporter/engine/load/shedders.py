@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from exporter.config.model import LoadManager, SheddingStrategy
+from exporter.config.settings import LoadManager, SheddingStrategy
 from exporter.engine.javamath import INT_MAX, INT_MIN, java_int
 from exporter.engine.load.avgshedder import NO_HITS, AvgHits, avg_shedder
 from exporter.engine.load.loadbalance import (

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationErr
 from pydantic_core import PydanticCustomError
 
 from exporter.config import values as cv
-from exporter.config.model import RetentionPolicy
 from exporter.config.reader import describe, did_you_mean, join
+from exporter.config.settings import RetentionPolicy
 
 
 def leaf(convert: Callable[[object], Any]) -> PlainValidator:

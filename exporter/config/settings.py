@@ -3,7 +3,7 @@
 Every default lives here, once. Sizes are bytes, durations seconds, rates per second.
 `None` for a limit means "no limit" (Pulsar's -1). Kept apart from validation
 (`sections.py`) so the contract reads on one page; import the types from here
-(`exporter.config.model`).
+(`exporter.config.settings`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class _Refused(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if any(name == r or name.startswith(r + ".") for r in REFUSED):
             raise ModuleNotFoundError(f"No module named {name!r} in the exporter's processes "
-                                      "(exporter/unneeded.py)", name=name)
+                                      "(exporter/importblocker.py)", name=name)
         return None
 
 

@@ -1,4 +1,4 @@
-"""What the exporter's processes refuse to import (exporter/unneeded.py): pandas, which
+"""What the exporter's processes refuse to import (exporter/importblocker.py): pandas, which
 pyarrow would load for nothing, and pyarrow.dataset, which `Table.group_by` would. Each
 probe runs in a process of its own: the refusal is for the rest of a process's life."""
 
@@ -27,7 +27,7 @@ def _run(code: str, *args: str) -> str:
 
 @pytest.mark.parametrize("setup, loaded", [
     ("", True),  # what pyarrow does by itself: the refusal has something to refuse
-    ("from exporter import unneeded; unneeded.refuse()", False),
+    ("from exporter import importblocker; importblocker.refuse()", False),
 ])
 def test_group_by_works_without_pyarrow_dataset(setup: str, loaded: bool) -> None:
     assert _run(_GROUP_BY.format(setup=setup)) == f"{{'k': ['a', 'b'], 'v_sum': [4, 2]}} {loaded}"
@@ -48,7 +48,7 @@ for name in ("pandas", "pyarrow.dataset", "pandas.core"):
 """
     assert _run(probe, str(config)).splitlines() == [
         "OK",
-        "No module named 'pandas' in the exporter's processes (exporter/unneeded.py)",
-        "No module named 'pyarrow.dataset' in the exporter's processes (exporter/unneeded.py)",
-        "No module named 'pandas' in the exporter's processes (exporter/unneeded.py)",
+        "No module named 'pandas' in the exporter's processes (exporter/importblocker.py)",
+        "No module named 'pyarrow.dataset' in the exporter's processes (exporter/importblocker.py)",
+        "No module named 'pandas' in the exporter's processes (exporter/importblocker.py)",
     ]

@@ -145,7 +145,7 @@ NAMESPACES = pa.schema([
 # group has a row per class, with 0 and namespaces = 0 when nothing bound to it was seen.
 RESOURCE_GROUPS = pa.schema([
     ("resource_group", _S),
-    ("monitoring_class", _S),  # exporter.config.model.MonitoringClass values
+    ("monitoring_class", _S),  # exporter.config.settings.MonitoringClass values
     ("messages_total", _F),  # counters: publish and dispatch (null for replication)
     ("bytes_total", _F),
     ("messages_per_second", _F),  # rates as the broker prints them: replication only

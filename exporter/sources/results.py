@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from exporter.config.model import ResourceGroup, RetentionPolicy
+from exporter.config.settings import ResourceGroup, RetentionPolicy
 
 
 class ScrapeError(StrEnum):
