@@ -35,9 +35,10 @@ from exporter.pipeline.labelsets import SeenSets
 from exporter.pipeline.lastgood import LastGood
 from exporter.pipeline.packed import decoded, encoded
 from exporter.pipeline.parse import parse_text
+from exporter.pipeline.pieces import whole_lines
 from exporter.pipeline.slices import PADDING
 from exporter.pipeline.tables import BrokerData, SourceTables, source_tables
-from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream, whole_lines
+from exporter.sources.brokers import FetchFailed, HealthLedger, classify, stream
 from exporter.sources.results import ScrapeError, SourceKind
 
 # A body is parsed in pieces of this size as it streams in: memory stays bounded by the

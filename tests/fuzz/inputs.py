@@ -63,6 +63,7 @@ from exporter.exposition.status import view
 from exporter.pipeline.aggregates import MalformedReason
 from exporter.pipeline.merge import merge
 from exporter.pipeline.parse import FAMILIES, parse_text
+from exporter.pipeline.pieces import whole_lines
 from exporter.pipeline.tables import source_tables
 from exporter.runtime.exchange import UsageExchange
 from exporter.sources.adminjson import (
@@ -72,7 +73,7 @@ from exporter.sources.adminjson import (
     topic_stats_from_json,
 )
 from exporter.sources.brokerreports import BrokerReports
-from exporter.sources.brokers import SNIFF_BYTES, FetchFailure, classify, sniff, whole_lines
+from exporter.sources.brokers import SNIFF_BYTES, FetchFailure, classify, sniff
 from exporter.sources.policies import broker_default_from_json, quota_map_from_json
 from exporter.sources.resourcegroups import binding_from_json, group_from_json
 from exporter.sources.results import ScrapeError

@@ -24,9 +24,9 @@ from exporter.pipeline import parse, slices
 from exporter.pipeline.aggregates import MalformedReason
 from exporter.pipeline.labelsets import SeenSets
 from exporter.pipeline.parse import BROKER_FAMILIES, FAMILIES, parse_text
+from exporter.pipeline.pieces import whole_lines
 from exporter.pipeline.tables import SourceTables, source_tables
 from exporter.pulsarnames import METRIC_NAME
-from exporter.sources.brokers import whole_lines
 from tests.harness.fixtures import FIXTURES
 
 FIXTURE = FIXTURES / "apache-pulsar-2.12.0-SNAPSHOT-test-broker-metrics.txt"
