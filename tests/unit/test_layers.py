@@ -1,5 +1,6 @@
 """The package's import contracts (pyproject.toml, [tool.importlinter]): the layers of
-DESIGN.md hold, and the check does fail on an import that runs back up.
+CONTRIBUTING.md's "Layout" hold, the three engine wings stay apart, and the check does
+fail on an import that runs back up or across.
 
 Each check runs in its own interpreter: import-linter configures logging for the whole
 process (`logging.config.dictConfig`), which would silence the exporter's loggers for the
