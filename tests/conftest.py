@@ -77,6 +77,7 @@ FIXTURE_TIERS: dict[str, tuple[str, ...]] = {
 # Folders under tests/ whose every test starts these.
 FOLDER_TIERS: dict[str, tuple[str, ...]] = {
     "cluster": ("cluster",),
+    "chart": ("tools",),
     "e2e": ("e2e", "lite", "spark", "tools"),
 }
 
@@ -186,8 +187,18 @@ def tiers_of(item: pytest.Item) -> set[str]:
 def _derived(item: pytest.Item) -> set[str]:
     derived = {tier for name in getattr(item, "fixturenames", ())
                for tier in FIXTURE_TIERS.get(name, ())}
-    folder = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
-    return derived | set(FOLDER_TIERS.get(folder, ()))
+    return derived | set(FOLDER_TIERS.get(_folder(item), ()))
+
+
+def _folder(item: pytest.Item) -> str:
+    return item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+
+
+# What a test under tests/unit/ may be marked with: a program used as an instrument (openssl
+# making a certificate, promtool checking a generated file), never a JVM, broker or cluster:
+# those tests live in tests/integration/ (one component), tests/chart/ (the Helm chart) and
+# the folders of their own tier.
+UNIT_TIERS = {"tools"}
 
 
 def _selection(config: pytest.Config) -> tuple[set[str], list[str]]:
@@ -204,6 +215,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for tier in sorted(_derived(item) - tiers_of(item)):
             item.add_marker(tier)
+    misplaced = [f"{item.nodeid} ({', '.join(sorted(tiers_of(item) - UNIT_TIERS))})"
+                 for item in items if _folder(item) == "unit" and tiers_of(item) - UNIT_TIERS]
+    if misplaced:
+        raise pytest.UsageError("tests/unit/ holds tests that start no JVM, broker or cluster; "
+                                "move these to the folder of their tier (tests/conftest.py, "
+                                "UNIT_TIERS): " + "; ".join(misplaced))
     enabled, only = _selection(config)
     selected, deselected = [], []
     for item in items:

@@ -14,7 +14,7 @@ import pytest
 
 from exporter import cli
 from exporter.server.toolkit import load_file
-from tests.unit.test_helm_chart import CHART, KUBE_VERSIONS, container, one, render
+from tests.chart.test_helm_chart import CHART, KUBE_VERSIONS, container, one, render
 
 pytestmark = pytest.mark.tools
 HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()

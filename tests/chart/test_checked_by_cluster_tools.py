@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.harness import go_tools
-from tests.unit.test_helm_chart import ALL_ON, one, render
+from tests.chart.test_helm_chart import ALL_ON, one, render
 
 pytestmark = pytest.mark.tools
 ROOT = Path(__file__).resolve().parents[2]
