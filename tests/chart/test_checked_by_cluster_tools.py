@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.harness import go_tools
 from tests.chart.test_helm_chart import ALL_ON, one, render
+from tests.harness import go_tools
 
 pytestmark = pytest.mark.tools
 ROOT = Path(__file__).resolve().parents[2]

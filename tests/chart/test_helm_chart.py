@@ -37,7 +37,11 @@ from tests.harness import go_tools
 pytestmark = pytest.mark.tools
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "pulsar-quota-exporter"
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+# The custom resources the chart renders, by the API group that defines them.
+CRD_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1",
+             "PrometheusRule": "monitoring.coreos.com/v1",
+             "VMServiceScrape": "operator.victoriametrics.com/v1beta1",
+             "VMRule": "operator.victoriametrics.com/v1beta1"}
 CONFIG_DIR = "/etc/pulsar-quota-exporter"
 
 # Every optional feature on, with non-default values wherever a template branches.
@@ -100,6 +104,9 @@ ALL_ON: dict[str, Any] = {
                                               "sourceLabels": ["__name__"]}]},
     "prometheusRule": {"enabled": True, "namespace": "monitoring",
                        "additionalLabels": {"release": "kube-prometheus-stack"}},
+    "victoriaMetrics": {"serviceScrape": {"enabled": True, "namespace": "vm",
+                                          "additionalLabels": {"vmagent": "pulsar"}},
+                        "rule": {"enabled": True, "additionalLabels": {"vmalert": "pulsar"}}},
     "dashboards": {"enabled": True, "namespace": "grafana",
                    "annotations": {"grafana_folder": "Pulsar"}},
     "podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": None},
@@ -240,7 +247,7 @@ def test_every_optional_feature_renders():
     kinds = sorted(d["kind"] for d in render(ALL_ON))
     assert kinds == ["ConfigMap", "ConfigMap", "Deployment", "NetworkPolicy",
                      "PodDisruptionBudget", "PrometheusRule", "Service", "ServiceAccount",
-                     "ServiceMonitor"]
+                     "ServiceMonitor", "VMRule", "VMServiceScrape"]
 
 
 def test_network_policy_opens_the_metrics_port_only_and_restricts_egress_when_asked():
@@ -294,7 +301,7 @@ def test_core_manifests_validate_against_kubernetes_schemas(values, kube):
     validated = []
     for doc in render(values):
         if doc["kind"] in CRD_KINDS:
-            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            assert doc["apiVersion"] == CRD_KINDS[doc["kind"]]
             continue
         # SchemaNotFoundError (a kind unknown to this version) fails the test, as it should.
         kubernetes_validate.validate(doc, kube, strict=True)
@@ -488,7 +495,7 @@ def test_the_charts_job_is_the_one_the_generated_rules_and_dashboards_select():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["serviceMonitor"]["job"] == EXPORTER_JOB
     assert f'job="{EXPORTER_JOB}"' == DEFAULT_SELECTOR
-    for template in ("prometheusrule.yaml", "dashboards-configmap.yaml"):
+    for template in ("_helpers.tpl", "dashboards-configmap.yaml"):  # the rule groups: helpers
         text = (CHART / "templates" / template).read_text()
         assert "pulsar-quota-exporter\\" in text and "serviceMonitor.job" in text, template
 
@@ -632,6 +639,13 @@ def test_notes_say_whether_evictions_are_performed():
     assert "port-forward service/rel-pulsar-quota-exporter" in notes()
 
 
+def test_notes_name_the_victoria_metrics_resources_when_asked():
+    assert "VMServiceScrape" not in notes() and "VMRule" not in notes()
+    told = notes(ALL_ON)
+    assert 'a VMServiceScrape scrapes port http-metrics as job="pulsar-quota-exporter"' in told
+    assert "VMRule rel-pulsar-quota-exporter carries the exporter's alert rules" in told
+
+
 PER_BROKER = {"perBroker": {"enabled": True, "brokers": 3,
                             "metricsUrl": "http://pulsar-broker-${POD_INDEX}.pulsar-broker:8080"
                                           "/metrics"},
@@ -680,3 +694,59 @@ def test_per_broker_needs_kubernetes_1_28_for_the_pod_index(capfd):
     assert "Kubernetes >= 1.28" not in capfd.readouterr().err
     lint_problems(PER_BROKER, "1.27.0")
     assert "perBroker.enabled needs Kubernetes >= 1.28" in capfd.readouterr().err
+
+
+# --- VictoriaMetrics operator resources ---------------------------------------------------------
+
+# The VM operator spells a scrape endpoint as prometheus-operator does but for these two keys
+# (its api/operator/v1beta1: EndpointRelabelings); a VMRule's groups are a PrometheusRule's.
+VM_ENDPOINT_KEYS = {"relabelings": "relabelConfigs", "metricRelabelings": "metricRelabelConfigs"}
+SECURED_SCRAPE = {"tlsConfig": {"ca": {"secret": {"name": "pqe-tls", "key": "ca.crt"}},
+                                "serverName": "pqe.pulsar.svc"},
+                  "basicAuth": {"username": {"name": "pqe-auth", "key": "user"},
+                                "password": {"name": "pqe-auth", "key": "password"}}}
+
+
+def _as_vm(monitor_spec: dict[str, Any]) -> dict[str, Any]:
+    spec = copy.deepcopy(monitor_spec)
+    spec["endpoints"] = [{VM_ENDPOINT_KEYS.get(k, k): v for k, v in e.items()}
+                         for e in spec["endpoints"]]
+    return spec
+
+
+def test_victoria_metrics_resources_carry_the_servicemonitors_scrape_and_the_rules():
+    values = copy.deepcopy(ALL_ON)
+    values["serviceMonitor"].update(SECURED_SCRAPE)
+    docs = render(values)
+    monitor, scrape = one(docs, "ServiceMonitor"), one(docs, "VMServiceScrape")
+    assert scrape["apiVersion"] == "operator.victoriametrics.com/v1beta1"
+    assert scrape["metadata"]["namespace"] == "vm"
+    assert scrape["metadata"]["labels"]["vmagent"] == "pulsar"
+    assert scrape["spec"] == _as_vm(monitor["spec"])
+    (endpoint,) = scrape["spec"]["endpoints"]
+    assert endpoint["tlsConfig"] == SECURED_SCRAPE["tlsConfig"]
+    assert endpoint["relabelConfigs"][0] == {"action": "replace", "targetLabel": "job",
+                                             "replacement": EXPORTER_JOB}
+    assert "relabelings" not in endpoint and "metricRelabelings" not in endpoint
+    rule = one(docs, "VMRule")
+    assert rule["metadata"]["labels"]["vmalert"] == "pulsar"
+    assert rule["spec"] == one(docs, "PrometheusRule")["spec"]
+
+
+def test_victoria_metrics_resources_stand_alone_and_follow_the_job():
+    docs = render({"serviceMonitor": {"job": "pqe-prod"},
+                   "prometheusRule": {"disabledAlerts": [alerts.alerts()[0].name]},
+                   "victoriaMetrics": {"serviceScrape": {"enabled": True},
+                                       "rule": {"enabled": True}}})
+    kinds = {d["kind"] for d in docs}
+    assert kinds & set(CRD_KINDS) == {"VMServiceScrape", "VMRule"}
+    scrape = one(docs, "VMServiceScrape")
+    assert scrape["spec"]["endpoints"][0]["relabelConfigs"][0]["replacement"] == "pqe-prod"
+    rules = [r for g in one(docs, "VMRule")["spec"]["groups"] for r in g["rules"]]
+    assert len(rules) == len(alerts.alerts()) - 1
+    assert all('job="pqe-prod"' in r["expr"] and 'job="pulsar-quota-exporter"' not in r["expr"]
+               for r in rules)
+
+
+def test_no_victoria_metrics_resources_by_default():
+    assert not {d["kind"] for d in render()} & set(CRD_KINDS)

@@ -135,3 +135,82 @@ otherwise the replicas are one participant, the release's full name unless confi
 {{- $admin := (index $sources "admin") | default dict }}
 {{- (index $admin "token_file") | default "" }}
 {{- end }}
+
+{{- /*
+The scrape endpoint of the ServiceMonitor (prometheus-operator) and of the VMServiceScrape
+(VictoriaMetrics operator), from serviceMonitor's settings. The two CRDs spell the endpoint
+alike but for the relabelings: `relabelings`/`metricRelabelings` against
+`relabelConfigs`/`metricRelabelConfigs` (the VM operator's api/operator/v1beta1, Endpoint).
+Called with (dict "root" $ "vm" bool).
+*/}}
+{{- define "pqe.scrapeEndpoint" -}}
+{{- $root := .root }}
+{{- $sm := $root.Values.serviceMonitor }}
+{{- $relabel := ternary "relabelConfigs" "relabelings" .vm }}
+{{- $metricRelabel := ternary "metricRelabelConfigs" "metricRelabelings" .vm }}
+- port: http-metrics
+  path: /metrics
+  scheme: {{ include "pqe.scheme" $root | lower }}
+  {{- with $sm.interval }}
+  interval: {{ . }}
+  {{- end }}
+  {{- with $sm.scrapeTimeout }}
+  scrapeTimeout: {{ . }}
+  {{- end }}
+  # The exporter's `namespace` label is the Pulsar namespace: keep it (see values.yaml).
+  honorLabels: {{ $sm.honorLabels }}
+  {{- with $sm.tlsConfig }}
+  tlsConfig:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $sm.basicAuth }}
+  basicAuth:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{ $relabel }}:
+    # The alert rules select this job; the operator would otherwise use the Service name.
+    - action: replace
+      targetLabel: job
+      replacement: {{ $sm.job | quote }}
+    {{- with $sm.relabelings }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $sm.metricRelabelings }}
+  {{ $metricRelabel }}:
+    {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end }}
+
+{{- /*
+The alert rule groups of the PrometheusRule and of the VMRule (the VM operator's RuleGroup
+has the same fields). They come from files/rules/*.rules.yaml, generated from
+alerts/*.rules.yaml by `pulsar-quota-exporter generate`, read with .Files.Get and
+re-serialised with toYaml, so the Prometheus templates in their annotations
+({{ $labels.topic }}) are data here, never evaluated by Helm. Every expression selects the
+exporter's series with the generator's default selector, job="pulsar-quota-exporter"; it is
+rewritten to the job the scrape sets (serviceMonitor.job), so the rules follow the chart's
+job, never a broker's same-named series.
+*/}}
+{{- define "pqe.ruleGroups" -}}
+{{- $pr := .Values.prometheusRule }}
+{{- $generated := "job=\"pulsar-quota-exporter\"" }}
+{{- $selector := printf "job=%q" .Values.serviceMonitor.job }}
+{{- range $path, $_ := .Files.Glob "files/rules/*.rules.yaml" }}
+{{- range $group := (($.Files.Get $path | fromYaml).groups) }}
+{{- $rules := list }}
+{{- range $rule := $group.rules }}
+{{- if not (has $rule.alert $pr.disabledAlerts) }}
+{{- $_ := set $rule "expr" (replace $generated $selector $rule.expr) }}
+{{- if $pr.additionalRuleLabels }}
+{{- $_ := set $rule "labels" (merge (dict) ($rule.labels | default dict) $pr.additionalRuleLabels) }}
+{{- end }}
+{{- $rules = append $rules $rule }}
+{{- end }}
+{{- end }}
+{{- if $rules }}
+{{- $_ := set $group "rules" $rules }}
+- {{ toYaml $group | nindent 2 | trim }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
