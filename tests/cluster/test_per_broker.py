@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.chart.test_helm_chart import render
 from tests.cluster.helpers import one_topic_per_broker, produce_at
 from tests.harness.apache_cluster import CLUSTER, ApacheCluster, ClusterBroker
 from tests.harness.exporter_process import ExporterProcess
 from tests.harness.pulsar import Metrics
 from tests.harness.wait import poll
-from tests.chart.test_helm_chart import render
 
 # Exporter processes (Spark) configured by the chart as Helm renders it.
 pytestmark = [pytest.mark.spark, pytest.mark.tools]

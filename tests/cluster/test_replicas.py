@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.chart.test_helm_chart import render
 from tests.cluster.helpers import one_topic_per_broker, produce_at
 from tests.harness.apache_cluster import CLUSTER, ApacheCluster
 from tests.harness.exporter_process import ExporterProcess
 from tests.harness.wait import poll
-from tests.chart.test_helm_chart import render
 
 # Exporter processes (Spark) configured by the chart as Helm renders it.
 pytestmark = [pytest.mark.spark, pytest.mark.tools]
