@@ -5,12 +5,13 @@ for nothing: the driver (`cli.main`, every command) and its Spark workers
 - pandas: pyarrow imports it on its first `pa.array`, only to ask whether the argument is a
   pandas object (its pandas shim takes an ImportError as "no pandas"); nothing here hands it
   one, and PySpark imports pandas only for pandas UDFs and DataFrame conversions, which the
-  exporter has none of. Measured on a 10-topic first job: a worker's PSS 128 -> 101 MB, the
-  job ~0.2 s sooner. (The exporter does not depend on pandas; a venv may hold it anyway.)
+  exporter has none of, and a worker that imports it is larger and slower to its first job
+  (docs/design.md, "Start-up and memory"). (The exporter does not depend on pandas; a venv
+  may hold it anyway.)
 - pyarrow.dataset: `Table.group_by` loads pyarrow.acero, which imports pyarrow.dataset
   (and with it the file-system and Parquet modules) only to offer scan nodes, and falls
-  back to a stub without it (pyarrow/acero.py). Measured side by side, `run` at 1k topics,
-  2026-11-28: the driver 79 -> 75-76 MB, the workers 96 -> 91-92 MB.
+  back to a stub without it (pyarrow/acero.py); refusing it shrinks the driver and the
+  workers alike (docs/design.md, "Start-up and memory").
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 A broker admits one `Exclusive` producer per topic (PIP-68, `AbstractTopic.addProducer`):
 a second is refused at once (`ProducerFenced`). The holder keeps it until its connection
-goes: at once when its process dies (measured on 4.0.8: a standby took it 0.01 s after a
-SIGKILL), after two keep-alive intervals when it hangs (`keepAliveIntervalSeconds`, 30 s by
-default; measured 10.1 s with 5 s). Every new exclusive producer bumps the topic's epoch,
+goes: at once when its process dies, after two keep-alive intervals when it hangs
+(`keepAliveIntervalSeconds`, 30 s by default; docs/design.md, "One enforcer at a time", has
+the times measured on 4.0.8). Every new exclusive producer bumps the topic's epoch,
 so a holder that lost the topic cannot come back: its sends fail with `ProducerFenced`.
 
 That makes the fence: before each eviction the holder sends a claim on the lock topic, and

@@ -4,8 +4,8 @@ subscription cut, one result per order, every reason a closed set counted by val
 enforcer lease's state as the exposition publishes it (actions/lease.py holds the lease).
 
 Nothing here loads pulsar-client: the catalogue and the exposition import this module in
-every process, and only one that evicts or holds the lease needs the client (its import
-is ~7 MB resident and 20 ms)."""
+every process, and only one that evicts or holds the lease needs the client, whose import
+alone costs memory and time (docs/design.md, "Start-up and memory")."""
 
 from __future__ import annotations
 

@@ -59,8 +59,8 @@ def consumers_seen(agg: Aggregates, topics: Collection[str]) -> dict[tuple[str, 
     """Connected consumers per (topic, subscription) of these topics (those with orders),
     as the cycle's /metrics reported them (`pulsar_subscription_consumers_count`); None
     where the broker printed none. Only theirs: every subscription's, as Python values in
-    a dict, held 455 MB at 1M topics (557 at its peak; tracemalloc), the moment anything
-    was to be evicted."""
+    a dict, is hundreds of MB at a large fleet's scale the moment anything is to be evicted
+    (docs/design.md, "The driver once every age table is full")."""
     table = agg.subscriptions
     table = table.filter(pc.is_in(table["topic"], pa.array(sorted(topics), pa.string())))
     topics, names, counts = (table[c].to_pylist() for c in ("topic", "subscription", "consumers"))

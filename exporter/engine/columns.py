@@ -22,7 +22,7 @@ def rows_of(table: pa.Table, names: tuple[str, ...]) -> list[list]:
 def shared(column: pa.ChunkedArray) -> list[str | None]:
     """The column's values with one str object per distinct value. `to_pylist` makes one a
     row, and the decisions hold them until the next cycle: at a million topics, a million
-    copies of a few namespace names (~60 MB), as many of each subscription's name."""
+    copies of a few namespace names, as many of each subscription's name."""
     distinct: dict[str, str] = {}
     values: list[str | None] = []
     for chunk in column.chunks:
@@ -34,7 +34,7 @@ def ranked(array: pa.Array) -> tuple[list[str | None], np.ndarray]:
     """One array's distinct values in Python's str order (UTF-8's byte order is that of
     code points), None first (for a null), and each row's value as an index into them
     (int32), from one dictionary encoding. The index is also where the value sorts, and
-    the decisions hold it in place of a list of a str pointer a row (16 MB at 2M)."""
+    the decisions hold it in place of a list of a str pointer a row (4 bytes, not 8)."""
     encoded = pc.dictionary_encode(array)
     order = pc.sort_indices(encoded.dictionary)  # sorted position -> dictionary code
     rank = np.empty(len(order), np.int32)
@@ -73,9 +73,9 @@ def positions(values: pa.ChunkedArray, keys: pa.ChunkedArray,
     subscription's topic row, worked out once a cycle for every use of it. With the
     tables' `source` columns, a chunk of values coded over its own broker's chunk of keys
     (pipeline/owners.coded_topics: the merge found them there) is its codes, and only the
-    other values are looked up among every key. At 1M topics on 100 brokers: 0.008-0.010 s
-    from the codes (coding them takes the merge 0.06), where one lookup among all took
-    0.36-0.47 s and +69-90 MB (its hash table of every name, out of cache)."""
+    other values are looked up among every key: one lookup among all builds a hash table of
+    every name, out of cache (docs/design.md, "The driver once every age table is
+    full")."""
     if value_sources is None or key_sources is None:
         return _rows(values, keys)
     own = chunks_by_source(keys, key_sources)

@@ -135,8 +135,8 @@ class Decider:
         Only the results are subscription-sized: the estimates' arguments, and the backlogs
         as integers, are worked out `_AT_ONCE` subscriptions at a time. Each argument of
         every subscription at once, and each result in the table's order beside its
-        reordered copy, held the decide's peak 75 MB higher at 2M subscriptions (one cycle,
-        sampled side by side, 2026-12-02)."""
+        reordered copy, raised the decide's peak (docs/design.md, "The driver once every
+        age table is full")."""
         estimated, lower = np.empty(len(at)), np.empty(len(at), bool)
         messages = np.empty(len(at), np.int64)
         for lo in range(0, len(at), _AT_ONCE):
@@ -161,7 +161,7 @@ class Decider:
                    now: float) -> tuple[Subscriptions, list[str], np.ndarray, np.ndarray]:
         """Every subscription with its publish time (publishtimes.py), each topic's name
         as its age table keeps it, its average message size, and its age table's row. Its
-        own per-subscription temporaries (a dozen arrays of 16 MB at 2M subscriptions) go
+        own per-subscription temporaries (a dozen subscription-sized arrays) go
         when it returns, before the check makes the decisions."""
         stats = {t.topic: t for t in admin.topics} if admin else {}
         admin_at = admin.fetched_at if admin else now

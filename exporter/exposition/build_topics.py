@@ -28,7 +28,7 @@ def add_topics(b: MetricSetBuilder, cluster: str, topics: TopicDecisions, topic_
                max_topics: int | None, enforce: bool, subscriptions_at: float | None) -> None:
     """The topics' own series (those `max_topics` keeps) and their eviction counters at 0;
     without topic-level series, only the seeds the namespace sums need."""
-    if topic_level:  # else rendered without: at 1M topics 8 s of series unread
+    if topic_level:  # else none built: rendered without, they cost seconds at 1M topics
         published = published_topics(topics, max_topics)
         _add_topics(b, cluster, published, enforce, subscriptions_at)
         _seed_evictions(b, cluster, ((d.namespace, d.topic) for d in published if evicts(d)))
@@ -147,7 +147,8 @@ def _first_evicting(columns: TopicColumns) -> list[tuple[str, str]]:
     """Without topic-level series, the counters are rendered summed per namespace
     (`namespace_fallback`), and a namespace's sum exists once any of its topics has a
     series: so only its first evicting topic is seeded. The body is the same; seeding them
-    all took 3.2 s at 1M topics (4M seeds, then folded)."""
+    all made one seed a topic and counter, then folded them (docs/design.md, "Publishing
+    the decisions")."""
     firsts: dict[str, int] = {}
     evicting = np.flatnonzero(columns.evicts).tolist()
     namespaces = columns.namespace
@@ -165,8 +166,8 @@ def published_topics(topics: TopicDecisions, cap: int | None) -> list[TopicDecis
 def as_published(decisions: Decisions, cap: int | None) -> Decisions:
     """The decisions as a publication under `filters.max_topics` reads them again, and the
     next cycle: every topic's columns, the published topics' decisions (`TopicDecisions.only`).
-    What makes the others' goes: at 1M topics under `max_topics: 10000` the driver held
-    75 MB less between cycles and 70 MB less at the next one's peaks (`tests.bench.steady`).
+    What makes the others' goes, off the driver between cycles and at the next one's peaks
+    (`tests.bench.steady`; docs/design.md, "The driver once every age table is full").
     Uncapped, every decision is published: kept as they are."""
     topics = decisions.topics
     rows = published_rows(topics, cap)

@@ -174,7 +174,8 @@ class MetricSetBuilder:
 
     def seed_all(self, name: str, keys: Sequence[Labels]) -> None:
         """`seed` of whole label sets, known values included: the eviction counters of every
-        topic whose policy evicts, where a `seed` call a topic took 2.6 µs each."""
+        topic whose policy evicts, where a `seed` call a topic was too slow at a large fleet
+        (docs/design.md, "Publishing the decisions")."""
         self._check_all(name, keys)
         self._seeds.setdefault(name, []).extend(keys)
 

@@ -2,12 +2,11 @@
 OpenMetrics 1.0.0 from it.
 
 Rendering is hand-written string building, because prometheus-client's `generate_latest`
-needs 1.1–1.7 s for 100k series on this machine; Arrow's string kernels joining label columns
-were slower than the templates too (136–175 ms against 92–108 for 100k series, 2026-11-29):
-Python's strings cost more to convert than to format. Lines are joined and encoded in batches
+is several times slower (`tests.bench.scrape_latency`); Arrow's string kernels joining label
+columns were slower than the templates too: Python's strings cost more to convert than to
+format (docs/design.md, "Publishing the decisions"). Lines are joined and encoded in batches
 into one buffer handed over without a copy: rendered as one list joined into one str, then
-encoded, the body was held three times over at its peak (at 100k topics 214 MB for a 52 MB
-body, the metric set included; ~2 GB at 1M, scaled).
+encoded, the body was held three times over at its peak.
 """
 
 from __future__ import annotations
@@ -111,8 +110,8 @@ def _line_writer(name: str, labels: Labels) -> LineWriter:
     """A function writing a family's lines from label values (escaped) and values (as
     text): one f-string compiled for the family, as `dataclasses` compiles an `__init__`.
     CPython builds an f-string's pieces in one step, where `template % (...)` parses its
-    template and packs a tuple every line: 213 against 431 ns a line of three labels, and at
-    100k topics under a quota (1.2M series) the render took 0.65 s, not 1.0 (2026-11-29).
+    template and packs a tuple every line, twice the time a line
+    (docs/design.md, "Publishing the decisions").
     Only names of the text format's grammar are compiled in, so nothing else can be code."""
     if not _METRIC_NAME.fullmatch(name) or not all(map(_LABEL_NAME.fullmatch, labels)):
         raise ExpositionError(f"{name}{{{','.join(labels)}}}: not a metric or label name")

@@ -66,7 +66,7 @@ _SOURCE = pa.dictionary(pa.int32(), _S)
 # and rates), only to sum them into its topic's where the broker printed no topic-level
 # series (tables.py); they never leave the task. A subscription's topic is a code into
 # its broker's topic names, those of the TOPICS rows of its source (merge.py), not its
-# topic's name again: 2M names at 1M topics, ~100 MB through the decide.
+# topic's name again, which every subscription would hold through the decide.
 _TOPIC_NAME = pa.dictionary(pa.int32(), _S)
 SUBSCRIPTIONS = pa.schema([
     ("topic", _TOPIC_NAME),
@@ -114,8 +114,8 @@ _TOPIC_SERIES = [
 ]
 # The Aggregates' topics, one row per topic: what the stages after the merge read of them
 # (the backlog check, its age tables and its sizes). Their namespaces', bundles' and
-# resource groups' sums are the merge's; the other columns went no further, and held 96 MB
-# at 1M topics through the decide. A topic reported by two brokers (it moved during the
+# resource groups' sums are the merge's; the other columns went no further, yet were held
+# through the decide. A topic reported by two brokers (it moved during the
 # cycle) keeps the report with the largest msg_in_total, ties to the smaller source URL:
 # never double-counted, deterministic, and the counter the series already followed (Apache
 # Pulsar's new owner restarts it from 0) goes on until the old owner stops reporting it.
@@ -197,8 +197,8 @@ BUNDLES = pa.schema([
 # --- per broker body, as the Spark task that fetched it hands it over (tables.py) ----------
 # Keyed like the tables above, before topics reported by two brokers are de-duplicated.
 # A broker's subscriptions: SUBSCRIPTIONS' columns but the source, the only ones the
-# driver reads (at 1M topics, 2M subscriptions, the series that went no further were
-# ~160 MB of the driver's decoded tables).
+# driver reads (the series that went no further were a large share of the driver's decoded
+# tables; docs/design.md, "The driver once every age table is full").
 SOURCE_SUBSCRIPTIONS = pa.schema([f.with_type(_S) if f.name == "topic" else f
                                   for f in SUBSCRIPTIONS if f.name != "source"])
 SOURCE_TOPICS = pa.schema([

@@ -3,17 +3,17 @@
 Spark starts the daemon (`python -m pyspark.daemon`) with its own `pyspark.zip` and py4j's
 zip first on PYTHONPATH (`PythonWorkerFactory`, `PythonUtils.sparkPythonPath`). A zip
 holds no compiled bytecode, so the daemon and every worker it forks compiled PySpark's
-modules from source: measured here, 3.2 s of CPU for a local[2] job's first Python task,
-3.8 s more for the first Arrow one (two daemons: plain and SQL workers), against 1.0 s and
-1.4 s importing the installed package's cached bytecode instead. The installed `pyspark` is
+modules from source, seconds of CPU a first job, where the installed package's cached
+bytecode imports at a third of that (docs/design.md, "What makes the start"). The installed
+`pyspark` is
 the one the driver runs and the one whose jars the local JVM runs, so it is the same code.
 
 The daemon also imports `pyspark.worker` before it forks, once for all its workers. It
 imports nothing that starts a thread, as PySpark's own daemon requires of the code before
-its fork. (Importing pyarrow, numpy and pandas there too was measured and dropped: with
-Arrow's jemalloc and numpy's OpenBLAS told to start no thread, it is safe, but the workers'
-PSS grew from 138 to 162 MB, the daemon holding a copy of its own, for 0.3 s less to the
-first cycle.) Its workers refuse pandas and pyarrow.dataset (exporter/importblocker.py).
+its fork. (Importing pyarrow, numpy and pandas there too was tried and dropped: with
+Arrow's jemalloc and numpy's OpenBLAS told to start no thread, it is safe, but the daemon
+holds a copy of its own, more memory for little time; docs/design.md, "What makes the
+start".) Its workers refuse pandas and pyarrow.dataset (exporter/importblocker.py).
 
 Its workers hand the heap's free pages, and Arrow's pool's, back to the OS after each task
 (`trimmed`).
@@ -49,19 +49,16 @@ def trimmed(main: Callable[[BinaryIO, BinaryIO], None]) -> Callable[[BinaryIO, B
 
     glibc raises its mmap threshold to the size of the first large chunk it frees (a task's
     body: megabytes), and its trim threshold to twice that, so those buffers then come from
-    the heap and stay there. Measured on a worker reused by a cycle every second (1k topics):
-    at its 677th task, in three runs, one long-lived ~0.9 MB allocation landed above the
-    freed buffers; the heap grew from 22 to 47 MB, 31 MB of it free and never returned
-    (+25-30 MB resident for good: the step at minute 54 of the hour runs). Trimmed after
-    each task, its anonymous memory stayed at 80-97 MiB after that task, where it had gone
-    from 82-106 to 114-136 MiB (a trim: 0.7 ms median, 6 ms at most). A fixed
-    threshold instead (`mallopt`) kept the heap small too, but mmapped every numpy
-    temporary of a large body afresh: a 10k-topic cycle took 2.38 s, not 1.73 s.
+    the heap and stay there: one long-lived allocation landing above the freed buffers
+    then keeps the heap's free pages from the OS for good. Trimmed after each task, a
+    worker stays flat, for a trim of about a millisecond. A fixed threshold instead
+    (`mallopt`) kept the heap small too, but mmapped every numpy temporary of a large body
+    afresh, slowing a large cycle (docs/design.md, "Memory over an hour", has the figures).
 
-    Arrow's pool is released too (with Arrow's default pool, mimalloc, the two workers of
-    `run` at 1k topics held 102 MB PSS, not 139: tests.bench.footprint, two runs of 60 s each,
-    2026-11-27). The exporter's processes use the system pool now (exporter/__init__.py), whose
-    release is a trim again: it matters for an operator who chooses another."""
+    Arrow's pool is released too (with Arrow's default pool, mimalloc, that made the
+    workers smaller: `tests.bench.footprint`, docs/design.md, "Start-up and memory"). The
+    exporter's processes use the system pool now (exporter/__init__.py), whose release is a
+    trim again: it matters for an operator who chooses another."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
 
     def task(infile: BinaryIO, outfile: BinaryIO) -> None:

@@ -1,16 +1,13 @@
 """A class-data archive (AppCDS) for the local Spark JVM: half its start-up, once made.
 
-Starting Spark is mostly loading and verifying its classes: measured on 2 cores, a local
-session took 9.1 s and its first SQL job 3.3 s; with an archive of the classes those load
-(`-XX:SharedArchiveFile`, JDK 13+), 4.6 s and 1.5 s. (A context and its first RDD job, as
-cycles run now, from the process's start: ready at 5.1 s and the job 2.2 s after, one run
-without an archive; 2.3-2.8 s and 1.1-1.5 s, three runs from one.) The
-archive (about 70 MB; 150 MB while cycles ran Spark SQL) belongs to
+Starting Spark is mostly loading and verifying its classes, and an archive of the classes
+those load (`-XX:SharedArchiveFile`, JDK 13+) halves both the context's start and its first
+job (docs/design.md, "What makes the start"). The archive (tens of MB) belongs to
 one JDK and one class path, so it is made on this machine: after the exporter's first
 cycle, if there is none yet, a child process (`python -m exporter.pipeline.jvmarchive`,
 at the lowest CPU priority) starts a context of its own with
 `-XX:ArchiveClassesAtExit`, runs the kind of job a cycle runs, and stops; the next start
-uses it. Making it at the first start instead would slow that start (16 s measured).
+uses it. Making it at the first start instead would slow that start several times over.
 
 Where: `$XDG_CACHE_HOME/pulsar-quota-exporter/` (else `~/.cache/...`), one file per JDK
 and Spark install, named for the files the JVM checks it against (`archive_path`). A
@@ -49,12 +46,12 @@ T = TypeVar("T")
 # The kind of job an archive's classes were loaded by (`make`): a new kind names new archives.
 TRAINED_ON = "rdd-python-tasks"
 MAKING_SECONDS = 600  # a partial archive older than this was left by a maker that died
-# Another JDK's or PySpark's archive (~70 MB each) no start has used for this long is
+# Another JDK's or PySpark's archive (tens of MB each) no start has used for this long is
 # deleted when a new one is made: an upgrade would otherwise leave one behind each time.
 UNUSED_SECONDS = 30 * 86400
 # ... and beyond this many archives in all, the least recently used go too: every fresh
-# clone's venv is a Spark install of its own (23 archives, 3.4 GB, were found on a machine
-# that clones for CI, each kept for 30 days).
+# clone's venv is a Spark install of its own (a machine that clones for CI gathered
+# gigabytes of them, each kept for 30 days; docs/design.md, "What makes the start").
 KEPT = 3
 
 
@@ -78,7 +75,7 @@ def _checked_files() -> list[Path]:
     `bin/spark-class` lists them). A jar not the one the archive was made with (another
     size or modification time) makes the JVM ignore the archive, silently under
     `-Xlog:cds=off`: reinstalling the same PySpark into the same venv did that, and every
-    start took twice as long (12.5-17.7 s to the first cycle instead of 6.3-8.1)."""
+    start took twice as long (docs/design.md, "What makes the start")."""
     java = Path(java_binary())
     jars = Path(_spark_home()) / "jars"
     return [java, java.parent.parent / "lib" / "modules", *sorted(jars.glob("*.jar"))]
@@ -111,7 +108,7 @@ def _stamp(path: Path) -> Path:
 
 def _stamped(path: Path) -> tuple[int, str]:
     """(size, Spark install) in `path`'s stamp: its size when a JVM started from it, and
-    the `$SPARK_HOME` it was made for (none in stamps made before 2026-11-28)."""
+    the `$SPARK_HOME` it was made for (none in the stamps of older versions)."""
     size, _, home = _stamp(path).read_text().partition("\n")
     return int(size), home.strip()
 

@@ -31,8 +31,9 @@ _ESCAPED_BACKSLASH, _ESCAPED_QUOTE = "\x00", "\x01"
 
 class SeenSets:
     """The distinct label sets of one body's pieces parsed so far, by text. A broker prints
-    each family's samples for every topic together, so each 16 MB piece of a 10k-topic
-    body holds most of the body's sets again (80k sets over four pieces, 30k distinct).
+    each family's samples for every topic together, so each 16 MB piece of a big body
+    holds most of the body's sets again (docs/design.md, "The driver once every age table
+    is full").
     Each is checked and cut once a body, in the piece it first appears in, and becomes rows
     that count over the body (parse.Parsed.base); later pieces' lines take its row."""
 

@@ -97,7 +97,7 @@ class LastGood:
         `fresh` may be lazy, a broker decoded at a time: each broker's tables are packed
         as they come, its last ones decoded only for the rows of topics it lists no more,
         so the driver never holds two cycles of a fleet's tables, nor one decoded between
-        cycles (at 1M topics, ~530 MB each)."""
+        cycles (docs/design.md, "The driver once every age table is full")."""
         current: dict[str, SourceTables] = {}
         unlisted: dict[str, SourceTables] = {}  # url → its last rows of topics it dropped
         items = ((url, tables, None) for url, tables in fresh.items()) \

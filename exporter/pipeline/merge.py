@@ -118,10 +118,9 @@ def merge(
 
 def release_unused() -> None:
     """The pages Arrow's allocator keeps after a merge, handed back to the OS: the last
-    cycle's tables and the merge's own work are free by then. Measured at 1M topics (100
-    brokers) with mimalloc, Arrow's default pool: 785 MB resident between cycles where it
-    kept 940, and a peak of 951 MB where it reached 1,011 (1,021 released before the merge
-    instead: no gain). With the system pool (exporter/__init__.py) it is `malloc_trim`."""
+    cycle's tables and the merge's own work are free by then, which lowers both the driver
+    between cycles and its next peak (docs/design.md, "The driver's peak and the engine at
+    1M topics"). With the system pool (exporter/__init__.py) it is `malloc_trim`."""
     pa.default_memory_pool().release_unused()
 
 
@@ -132,7 +131,7 @@ def _shaped(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def _with_namespace(topics: pa.Table) -> pa.Table:
     """The topics that have a namespace: `topics` itself when all do (as a broker's always
-    do), since a filter copies every column: ~220 MB at 1M topics, twice a merge."""
+    do), since a filter copies every column, twice a merge."""
     if not topics["namespace"].null_count:
         return topics
     return topics.filter(topics["namespace"].is_valid())
@@ -217,8 +216,8 @@ def place(namespace: pa.Array | pa.ChunkedArray, topic_hash: pa.Array | pa.Chunk
     """The bundle holding each topic: the range of its namespace that holds its hash
     (Apache Pulsar's NamespaceBundles.findBundle, `in_range`), FULL_BUNDLE where the
     namespace has no ranges or none holds it. One binary search over (namespace, lower
-    bound) keys for all topics at once. A code a topic into the ranges' names, not the
-    name again: at 1M topics, 4 MB where the names took 29."""
+    bound) keys for all topics at once. A code a topic into the ranges' names (an int32),
+    not the name again."""
     names = sorted(ranges)
     lowers, uppers, labels = [], [], []
     for i, ns in enumerate(names):

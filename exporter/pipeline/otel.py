@@ -22,10 +22,10 @@ it prints, as measured on 4.0.8 (tests/fixtures/SOURCES.md):
   Every sample also carries `otel_scope_name="org.apache.pulsar.broker"` and every
   resource attribute (`pulsar_cluster`, `service_name`, `host_name`, `process_pid`,
   `process_command_args`, …): OpenTelemetryService gives the exporter a resource
-  attribute filter that allows all of them, so each line is about 2.7 KB, most of it the
-  JVM's command line: 10k topics make 211 MiB of backlog lines alone (parsed in 1.3 s,
-  one core). `OTEL_RESOURCE_DISABLED_KEYS=process.command_args,…` on the broker takes
-  them out (measured: 582 bytes a line).
+  attribute filter that allows all of them, so each line carries the JVM's command line
+  and a big broker's backlog lines alone run to hundreds of MiB (docs/design.md,
+  "Fetching and parsing bodies"). `OTEL_RESOURCE_DISABLED_KEYS=process.command_args,…` on
+  the broker takes them out.
 - Topic series are printed for every topic the broker serves, whatever
   `exposeTopicLevelMetricsInPrometheus` says (that key is the classic exposition's).
 - Values are the classic families' (the same broker methods): -1 for an age not measured

@@ -4,14 +4,13 @@ and how the driver keeps them between cycles.
 Tasks hand their tables back as IPC payloads (scrape.py): a few byte strings a broker,
 which the JVM passes on without converting a sample. The driver decodes them for the
 merge, and used to keep the decoded tables until the next cycle, as the last good tables
-of each broker (lastgood.py): at 1M topics ~530 MB of Arrow buffers held between cycles
-and through the decide, for the one use of a broker whose next fetch fails. It now keeps
-the payloads its task sent (on the bench's bodies an eighth of the decoded size); a broker's
-tables are decoded again only when they are used: its fetch failed, or it lists fewer topics
-than before. The one column every cycle compares, its topic names, is decoded alone from
-the payload when compared (`topic_names`: 0.6 ms a broker of 10k topics); kept decoded, it
-held the driver 42 MB higher between cycles at 1M topics, and 27-57 MB at the peaks
-(tests.bench.steady, side by side).
+of each broker (lastgood.py): a fleet's Arrow buffers held between cycles and through the
+decide, for the one use of a broker whose next fetch fails. It now keeps the payloads its
+task sent, a fraction of the decoded size; a broker's tables are decoded again only when
+they are used: its fetch failed, or it lists fewer topics than before. The one column every
+cycle compares, its topic names, is decoded alone from the payload when compared
+(`topic_names`), cheaply, where keeping it decoded held the driver higher
+(`tests.bench.steady`; docs/design.md, "The driver once every age table is full").
 """
 
 from __future__ import annotations
@@ -80,8 +79,8 @@ def _topic_rows(subscriptions: pa.Table, topics: pa.Table) -> pa.Table:
 def _named(subscriptions: pa.Table, topics: pa.Table) -> pa.Table:
     """`_topic_rows` undone, without copying a name: the topic column is a dictionary over
     the topics table's own names, the code the merge gives it anyway (owners.coded_topics).
-    At 1M topics on 100 brokers, the names spelt again held the driver's peak 78 MB higher
-    in the job and 96 MB in the merge (one cycle, sampled side by side, 2026-12-02)."""
+    The names spelt again raised the driver's peak in the job and in the merge
+    (docs/design.md, "The driver once every age table is full")."""
     if _TOPIC_ROW not in subscriptions.schema.names:
         return subscriptions
     at = subscriptions.schema.get_field_index(_TOPIC_ROW)

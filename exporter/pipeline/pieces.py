@@ -16,9 +16,8 @@ def whole_lines(pieces: Iterable[bytes], piece_bytes: int, padding: int = 0,
     followed by `padding` zero bytes that are not its text (the parse reads words past a
     text's end: so it needs no padded copy, pipeline/slices.py). Chunks are held as they
     came and copied once a piece into a numpy array, whose allocator asks the kernel for
-    huge pages: a 65 MB body's joins fault in 2 MB pages, not 4 KB ones (min of seven:
-    `b"".join` 27.6-27.9 ms a body, numpy 16-17; a bytearray grown, sliced and trimmed
-    took 34-41)."""
+    huge pages: a big body's joins fault in 2 MB pages, not 4 KB ones, which nearly halves
+    the join (docs/design.md, "The driver once every age table is full")."""
     held: list[bytes] = []
     size = 0
     for data in pieces:

@@ -8,9 +8,9 @@ IPC payloads — a handful of byte strings per broker whatever its size, so the 
 converts a sample. The driver collects them with one `collect()` and keeps only
 per-entity results. The same code runs under `local[*]`, `spark://` and `k8s://`: a task
 needs network access to its broker and this package in its Python, nothing shared with
-the driver. (Until 2026-11-28 the plan was a DataFrame mapped with `mapInArrow`, its
-results the same payloads in an Arrow column: Spark SQL around them cost the first cycle
-2.5-3 s and the JVM 120 MB, session.py.)
+the driver. (The plan was once a DataFrame mapped with `mapInArrow`, its results the same
+payloads in an Arrow column: Spark SQL around them cost the first cycle seconds and the JVM
+memory; docs/design.md, "Start-up and memory", session.py.)
 
 The RDD is built once per set of endpoints and collected again every cycle: it has no
 shuffle and no cache, so each run fetches afresh, and its tasks' function is pickled once.

@@ -1,13 +1,10 @@
 """The process's one SparkContext: started once (seconds), reused by every cycle.
 
 A context, not a SparkSession: a cycle's job is Python tasks over an RDD of endpoint
-indexes (pipeline/scrape.py), which Spark SQL would only wrap. Measured on 2 cores, one
-process each, from the process's start to its first job's result (tasks parsing a
-recorded broker body, each JVM from a class-data archive of its own): a session and
-`mapInArrow` 6.65-6.74 s, a context and `mapPartitions` 3.44-4.32 s; the JVM's PSS 300 MB
-against 181 (Catalyst, its code generation and the SQL status store never load), the
-archive 154 MB against 70; the driver needs no pandas (36 MB resident), which mapInArrow
-will not plan without.
+indexes (pipeline/scrape.py), which Spark SQL would only wrap: a context starts its first
+job sooner and its JVM is smaller (Catalyst, its code generation and the SQL status store
+never load), and the driver needs no pandas, which `mapInArrow` will not plan without
+(docs/design.md, "Start-up and memory").
 
 Defaults suit an exporter sidecar: a loopback-bound driver for local masters (without it
 the block manager advertises the host's non-loopback address, which sandboxes and laptops
@@ -61,18 +58,13 @@ PYTHON_KEY = "spark.pyspark.python"
 
 # The local driver JVM's flags. Its work is small (task scheduling, Arrow payloads of a
 # few rows per broker), and its start is most of the first cycle, so: the client compiler
-# only (C2's threads compete with the start on 2 cores: 9.2 s to the first cycle against
-# 11.3 s measured), one GC thread's collector and a small initial heap (the default, 1/64
-# of the machine's memory, was 384 MB committed from the start: 400 MB resident, not 325),
-# whose young generation is 8 MB (a third of the heap by default: ~18 MB of it; measured at
-# 1k topics, 5 s cycles: two young collections a cycle, ~2 ms each (jstat), and a JVM of
-# 175 MB PSS against 184 a minute after the start; over an hour, side by side, the JVM grew
-# 4.8 % with it and 9.6 % without: its JIT code and heap pages first touched, docs/design.md).
-# The client compiler compiles a method after ten times its default calls: many run once a
-# cycle, and their code was most of that growth (7.3 MB of code after 480 one-second cycles
-# against 14.3; a JVM of 160 MB against 166 a minute after the start; the 1M-topic job
-# 26.1-27.1 s against 27.1-29.1, its JVM 287-288 MB against 300-303; the first cycle ~0.5 s
-# later, 2026-11-28).
+# only (C2's threads compete with the start on 2 cores), one GC thread's collector and a
+# small initial heap (the default, 1/64 of the machine's memory, is committed from the
+# start), whose young generation is 8 MB (a third of the heap by default): it halves the
+# JVM's growth over an hour, its JIT code and heap pages first touched. The client compiler
+# compiles a method after ten times its default calls: many run once a cycle, and their code
+# was most of that growth; a large job is no slower for it (docs/design.md, "Start-up and
+# memory" and "Memory over an hour", has the figures).
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1 -XX:CompileThresholdScaling=10 -XX:+UseSerialGC "
                "-Xms32m -Xmn8m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30")
 

@@ -28,7 +28,7 @@ def split_lines(data: bytes | memoryview, padding: int = 0) -> pa.LargeStringArr
         ends = np.append(ends, len(raw))
     offsets = np.concatenate(([0], ends)).astype(np.int64)
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    if not len(raw) or raw.max() < 0x80:  # ASCII is UTF-8: no validation (3 ms, not 10)
+    if not len(raw) or raw.max() < 0x80:  # ASCII is UTF-8: no validation, a third the time
         return pa.LargeStringArray.from_buffers(len(ends), *buffers[1:])
     lines = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(ends), buffers)
     try:
@@ -40,7 +40,8 @@ def split_lines(data: bytes | memoryview, padding: int = 0) -> pa.LargeStringArr
 
 def _positions(raw: np.ndarray, byte: int, chunk: int = 1 << 20) -> np.ndarray:
     """Where `byte` is in `raw`, searched a megabyte at a time: the comparison's array then
-    stays in cache (65 MB at once: 18.5 ms, a megabyte at a time: 13.7)."""
+    stays in cache, a quarter faster on a big body (docs/design.md, "Fetching and parsing
+    bodies")."""
     found = [np.flatnonzero(raw[at:at + chunk] == byte) + at for at in range(0, len(raw), chunk)]
     return np.concatenate(found) if found else np.zeros(0, np.int64)
 
@@ -48,8 +49,8 @@ def _positions(raw: np.ndarray, byte: int, chunk: int = 1 << 20) -> np.ndarray:
 def only(strings: pa.LargeStringArray, keep: pa.BooleanArray) -> pa.LargeStringArray:
     """`strings` with those not kept null, over the same buffers. Arrow's format lets a null
     slot span bytes, so nothing is copied, where `filter` copies the kept bytes into fresh
-    memory: at 10k topics 42 MB of the 65 MB body, ~10k pages of 4 KB faulted in at ~2 µs
-    each here (the system pool's buffers get no huge pages; numpy's arrays do)."""
+    memory, most of the body faulted in 4 KB pages (the system pool's buffers get no huge
+    pages; numpy's arrays do; docs/design.md, "Fetching and parsing bodies")."""
     _, offsets, data = strings.buffers()
     if strings.offset == 0 and strings.null_count == 0 and keep.offset == 0 \
             and keep.null_count == 0:
@@ -136,7 +137,8 @@ def after_last(data: np.ndarray, end: np.ndarray, start: np.ndarray, byte: int) 
     """Each span's position just past its last `byte` in data[start:end], `start` where it
     has none: `back` over every other byte, eight bytes a step (`data` from `padded`). A
     line's label set closes at its last "}", before a value and a timestamp of up to ~30
-    bytes: one byte a step took 19 ms of a 10k-topic body's parse."""
+    bytes: one byte a step took nearly twice as long (docs/design.md, "Fetching and parsing
+    bodies")."""
     words = _words(data)
     found = start.copy()
     active = np.flatnonzero(end > start)

@@ -2,21 +2,20 @@
 modules.
 
 PySpark ships the jars of all of Spark (279 in 4.3.0: SQL, Hive, Connect, MLlib, Kubernetes,
-YARN ...), and the JVM opens every jar on its class path: a lookup that misses, or a
-service loader, searches them all. An open jar keeps its central directory on the heap
-(JDK 9+ `java.util.zip.ZipFile$Source`): 17 MB for those 279 jars (157k entries), with an
-index of them beside it. A cycle's job needs Spark Core alone (pipeline/scrape.py), so
-the local JVM of an exporter whose operator set no `SPARK_HOME` starts from links under the
-cache directory (beside the class-data archive, jvmarchive.py): every entry of PySpark's
-install, and of its jars all but those of `OTHER_MODULES`. The list names what Spark
-Core cannot need (the modules built on it, and the libraries only they use) rather than
-what it needs: a jar a new PySpark adds is kept, so a new dependency of Spark Core is
-never left out. (Spark Core of 4.3.0 loads Ivy's classes at start-up and a new
-`spark-udf-worker-core` with its context: both are kept, as everything not named is.)
+YARN ...), and the JVM opens every jar on its class path: a lookup that misses, or a service
+loader, searches them all. An open jar keeps its central directory on the heap (JDK 9+
+`java.util.zip.ZipFile$Source`), with an index of them beside it. A cycle's job needs Spark
+Core alone (pipeline/scrape.py), so the local JVM of an exporter whose operator set no
+`SPARK_HOME` starts from links under the cache directory (beside the class-data archive,
+jvmarchive.py): every entry of PySpark's install, and of its jars all but those of
+`OTHER_MODULES`. The list names what Spark Core cannot need (the modules built on it, and
+the libraries only they use) rather than what it needs: a jar a new PySpark adds is kept, so
+a new dependency of Spark Core is never left out. (Spark Core of 4.3.0 loads Ivy's classes
+at start-up and a new `spark-udf-worker-core` with its context: both are kept, as everything
+not named is.)
 
-It links 151 of the 279 jars (8.8 MB of directories): the JVM held 165-166 MB PSS a minute
-after the start, against 177 (tests.bench.footprint, three runs each of the demo and of
-`run` at 1k topics, 2026-11-28), the first cycle's medians 2.4-2.6 s against 2.4-3.0.
+It links about half of the jars, and the JVM holds less for it at no cost to the first
+cycle (`tests.bench.footprint`; docs/design.md, "Start-up and memory").
 
 An operator's own `SPARK_HOME` is used as it is; so is PySpark's install when the cache
 cannot be written. A cluster's JVMs are not ours: only local masters use this.

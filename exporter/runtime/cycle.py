@@ -187,8 +187,8 @@ class Exporter:
         body = render(metrics, topic_level=self.config.exposition.topic_level,
                       trailer=process_body())
         del metrics  # the body holds it all now
-        # The JSON view is made when /api/v1/status asks, from these immutable parts: at
-        # 100k topics making and serialising it took 1.4-1.7 s a cycle and held 46 MB.
+        # The JSON view is made when /api/v1/status asks, from these immutable parts: made
+        # every cycle it cost seconds and tens of MB at 100k topics (docs/design.md).
         status = with_exchange(partial(view, self.config.cluster, now, decisions,
                                        snapshot.health, dict(stages),
                                        self.config.filters.max_topics), parts.exchange)

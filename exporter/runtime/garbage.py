@@ -5,12 +5,12 @@ A cycle makes many tracked objects that live for a while: the publication's labe
 and the decisions made when read (engine/backlog/topicdecisions.py). CPython 3.11 runs a full
 collection whenever the objects that survived into its oldest generation have grown by a
 quarter since the last one, and a full collection walks every live object. When the
-decisions were objects kept between cycles (~4.6 tracked a topic), that was twice in every
-decide at 100k topics, 0.3 s each, 0.7–0.9 s of a cycle's 3.8–4.6 s of driver work (merge,
-decide, publication; `tests.bench.pipeline --engine`). It finds next to nothing: those
-objects hold no cycles, and go by their reference counts. Since the decisions became
-columns, the collection between cycles takes 0.09 s at 1M topics (0.65 before), while
-CPython's own would take 4.6 s inside a cycle that publishes every topic.
+decisions were objects kept between cycles, that was twice in every decide at 100k topics,
+a fifth of the cycle's driver work (`tests.bench.pipeline --engine`). It finds next to
+nothing: those objects hold no cycles, and go by their reference counts. Since the
+decisions became columns, the collection between cycles is cheap, while CPython's own
+would take seconds inside a cycle that publishes every topic at 1M topics (docs/design.md,
+"Garbage collection between cycles").
 
 So CPython's own full collections are off while the exporter runs, and `after_cycle`
 makes one between cycles, when at least `SPACING` times as long as the last one took has
@@ -21,10 +21,9 @@ they hold the short-lived cycles (an exception and its frames).
 Then, every cycle, the pages the allocator keeps free are handed back to the OS
 (`release_unused`: `malloc_trim` under Arrow's system pool). The cycle does so after the
 merge, but the decide and the publication free as much again after it, and glibc keeps it
-resident until the next cycle's merge. At 1M topics on 100 brokers with every age table
-full, the driver held 1,753–2,110 MB between cycles as glibc kept it, 1,146–1,153 once
-handed back; at 100k, 301–339 and 220. `after_cycle` took 0.14–0.15 s at 1M, its
-collection included (`tests.bench.steady`).
+resident until the next cycle's merge: handed back, the driver holds a third less or more
+between cycles at a large fleet, for a fraction of a second (`tests.bench.steady`;
+docs/design.md, "The driver once every age table is full").
 
 And from `start` on, every block of `MAPPED_FROM` bytes or more is mapped apart and unmapped
 when freed (glibc's mmap threshold, fixed). numpy asks for huge pages for every array of
@@ -32,10 +31,9 @@ when freed (glibc's mmap threshold, fixed). numpy asks for huge pages for every 
 32 MiB from its heap once it has freed one that large (it raises its threshold to the size
 of each mapped block freed): an array there marks that stretch of the heap for good, and
 every small block glibc places in it later faults in 2 MiB, not 4 KiB. Which stretches an
-array lands on is the luck of a process's allocations: two runs of the same 1M-topic
-cycles held 950 MB between cycles, with 0.5 GB of huge pages (the age tables' own), and
-1,465 MB with 0.9 GB, the heap 707 MB of which 239 were in use, the trim handing back
-little (2026-12-01; /proc/self/smaps_rollup, mallinfo2).
+array lands on is the luck of a process's allocations, and two runs of the same cycles
+held very different amounts between cycles, the trim handing little back (docs/design.md,
+"The driver once every age table is full").
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The check loop renders the body once per cycle and `publish()`es it; the body, i
 the status JSON travel together in one frozen `Publication` swapped in by a single reference
 assignment, so a scrape never sees half a cycle and never renders anything itself. The status
 JSON is made from that cycle's immutable view on the first request of the cycle, then kept
-with it: most cycles nobody asks, and at 100k topics it cost 1.4-1.7 s and 46 MB a cycle.
+with it: most cycles nobody asks, and at a large fleet it costs seconds (docs/design.md,
+"Publishing the decisions").
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from exporter.server.webconfig import CHALLENGE, AuthOutcome, WebConfig, WebSour
 
 log = logging.getLogger(__name__)
 
-GZIP_LEVEL = 3  # ~3x faster than 6 on exposition text for ~12% more bytes (tests/bench)
+GZIP_LEVEL = 3  # much faster than 6 on exposition text for a few more bytes (docs/design.md)
 HANDSHAKE_TIMEOUT = 10.0
 
 

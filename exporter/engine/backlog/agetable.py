@@ -36,8 +36,8 @@ Rules, all documented here because the exported series depends on them:
   A sliding window that drops the oldest point instead would turn every backlog older
   than `max_points` check intervals into a lower bound (60 points × 60 s would cap ages
   near one hour, a common time limit). Tables begun together fill together, so the tables
-  a cycle takes over the bound are thinned side by side in numpy: 1.8 µs a table at 1M
-  topics, where a loop over each one's points took 44 (`tests.bench.pipeline --ages`).
+  a cycle takes over the bound are thinned side by side in numpy, where a loop over each
+  one's points made that cycle last (docs/design.md, "The age tables").
 - All tables live in one store, a row each: column j of two 2-D arrays holds every
   table's j-th point, 6 bytes a point. A point's time is a tick of one clock the store
   keeps (each update is one tick, and the ticks no point holds are dropped when the
@@ -49,10 +49,10 @@ Rules, all documented here because the exported series depends on them:
   `max_points` + 1 columns wide and resident as far as they are filled: a column is
   contiguous, so the pages of columns no table has reached are never touched (numpy
   asks for huge pages, so a column of fewer than ~500k tables is resident with its
-  neighbour). Resident at 1M topics, names aside (`tests.bench.pipeline --ages`): 108
-  bytes a topic after two cycles, 588 once full with uint32 ticks (1,087 as float64
-  times and int64 counts), 460 with uint16 ones: ~0.5 GB once every table has filled,
-  after `max_points` cycles of new messages. The ticks a store holds are at most the
+  neighbour). What a topic's table holds resident, after two cycles and once full, is
+  measured by `tests.bench.pipeline --ages` (docs/design.md, "The driver once every age
+  table is full"); it fills after `max_points` cycles of new messages. The ticks a store
+  holds are at most the
   cycles it has run (each table's oldest point stays, so a fleet whose topics began
   over many cycles holds many): 2^16 is 45 days of one-minute cycles. Past that the
   ticks widen to uint32 for good, the store as large as it was before uint16 ones.
@@ -364,7 +364,8 @@ class AgeTables:
         `NoPoints`, and where its row is -1) and whether it is a lower bound. `rows` are
         `observe_all`'s, `published` each row's count as observed now. Worked out
         `_ESTIMATES` at a time: the bisect's temporaries over every subscription at once
-        were the decide's largest (+273 MB at 1M topics, 2M subscriptions; tracemalloc)."""
+        were the decide's largest (docs/design.md, "The driver once every age table is
+        full")."""
         ages, lower = np.full(rows.size, np.nan), np.zeros(rows.size, bool)
         for at in range(0, rows.size, _ESTIMATES):
             part = slice(at, at + _ESTIMATES)

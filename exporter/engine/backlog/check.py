@@ -93,7 +93,7 @@ class Action(StrEnum):
 
 
 # The members the check reads for every topic, as module names: an Enum's class attribute
-# costs 90 ns in Python 3.11, a global 8, and the check reads a dozen a topic.
+# costs ten times a global's in Python 3.11, and the check reads a dozen a topic.
 _NO_LIMIT, _WITHIN = LimitStatus.NO_LIMIT, LimitStatus.WITHIN
 _EXCEEDED, _UNKNOWN = LimitStatus.EXCEEDED, LimitStatus.UNKNOWN
 _OLDEST, _LARGEST = HolderBasis.OLDEST_MESSAGE, HolderBasis.LARGEST_BACKLOG
@@ -225,15 +225,16 @@ def check_against(topic: str, namespace: str, subscriptions: tuple[SubscriptionB
                   average_message_size: float | None, limits: ResolvedQuota, now: float,
                   ) -> TopicDecision:
     """`check` of a topic's parts, its quota already resolved (quotas.Resolver, once a
-    cycle): the decide makes no `TopicBacklogState` a topic (0.5 µs each)."""
+    cycle): the decide makes no `TopicBacklogState` a topic (docs/design.md, "Publishing
+    the decisions")."""
     quota, source = limits.quota, limits.source
     ordered = _oldest_first(subscriptions)
     avg = _usable(average_message_size)
     limit_size, limit_time = quota.limit_size, quota.limit_time
     cutoff = None if limit_time is None else now - limit_time
 
-    # Built positionally, in field order: one decision a topic, and with keywords each took
-    # 5.7 µs, not 3.4 (Python 3.11).
+    # Built positionally, in field order: one decision a topic, and keywords cost more than
+    # half as much again (Python 3.11; docs/design.md, "Building the decisions").
     if not ordered:
         return TopicDecision(
             topic, namespace, quota, source,

@@ -4,9 +4,9 @@ A subscription measured by its broker (PIP-323's gauge, PIP-492's age, the admin
 one cycle and not in the next keeps that time while its backlog has not shrunk
 (publishtimes.py `carry`): every measured subscription is remembered, for the few that lose
 their measure. On a broker that prints PIP-323's gauge that is a subscription a topic with a
-backlog: as a dict of (topic, subscription) tuples to (time, backlog) tuples it held 167 MB
-between cycles at 1M topics (tracemalloc), and as much again while the next one was made.
-So they are columns, 40 bytes an entry, found by a hash of each key (its topic's and
+backlog, too many for a dict of tuples to hold between cycles (docs/design.md, "The driver
+once every age table is full"). So they are columns, 40 bytes an entry, found by a hash of
+each key (its topic's and
 subscription's str hashes: CPython keeps a str's, and a topic's str is its age table's,
 kept across cycles) and told apart by the names themselves.
 """

@@ -96,9 +96,9 @@ class Subscriptions:
     @cached_property
     def lists(self) -> tuple[list[int], list[int], list[float], list[int]]:
         """The arrays as lists, for reading every topic: a topic's slices of four arrays,
-        read as Python values, cost more than the lists of all (~50 ms at 2M). Made only
-        then: held with the decisions, they were 96 MB at 1M topics for the 10,000 read
-        under `max_topics`."""
+        read as Python values, cost more than the lists of all. Made only then: held with
+        the decisions, they cost memory for nothing when `max_topics` reads a few
+        (docs/design.md, "The driver once every age table is full")."""
         return (self.name_rank.tolist(), self.messages.tolist(), self.publish.tolist(),
                 self.source.tolist())
 
@@ -111,11 +111,11 @@ def first_per_row(starts: np.ndarray, among: np.ndarray, keys: Sequence[Key],
     gives its values of the items in a slice.
 
     No sort: each key in turn narrows every row's candidates to those at the row's least
-    value of it, one pass over the items a key (a lexsort of 2M subscriptions by four keys
-    held 130 MB of temporaries at 1M topics), `at_once` rows at a time, each key made for
-    those rows' items only: the keys and the passes' temporaries over every row at once,
-    each the size of the subscriptions, held `publish_times` 52 MB higher at 2M (1M
-    topics, sampled side by side, 2026-12-03)."""
+    value of it, one pass over the items a key (a lexsort of every subscription by four
+    keys held far more temporaries), `at_once` rows at a time, each key made for those
+    rows' items only: the keys and the passes' temporaries over every row at once, each
+    the size of the subscriptions, raised `publish_times`' peak (docs/design.md, "The
+    driver once every age table is full")."""
     first = np.empty(len(starts) - 1, np.int64)
     for r in range(0, len(first), at_once):
         first[r:r + at_once] = _first_per_row(starts[r:r + at_once + 1], among, keys)
@@ -162,8 +162,9 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
                   before: Measures) -> tuple[Subscriptions, Measures]:
     """`grouped` with every subscription's publish time, source and admin bytes, and this
     cycle's measures. `grouped` comes with the age tables' times (NaN: none) and sources
-    (ESTIMATED, LOWER_BOUND), which are overwritten in place: at 2M subscriptions a copy
-    of each held the decide's peak 14 MB higher (sampled, 2026-12-02). Per subscription,
+    (ESTIMATED, LOWER_BOUND), which are overwritten in place: a copy of each would raise
+    the decide's peak (docs/design.md, "The driver once every age table is full"). Per
+    subscription,
     in `grouped`'s order: `backlogs` as printed, `printed` its own age on /metrics
     (PIP-492; < 0 or NaN: none).
     Per topic row: `topics` (names), `checked`, `gauge` (PIP-323's age, NaN: none),

@@ -2,16 +2,15 @@
 name each table keeps.
 
 A cycle's topics come as the pipeline's Arrow column: their names are made strs `_NAMES` at
-a time, and only a new table's is kept (the cycle's names as strs all at once were 99 MB at
-1M topics over the decide's start; tracemalloc). Whoever keeps a topic's name past the
-cycle takes its table's (`name`, `names`): one str a topic across cycles, where each
-cycle's tables spell every name afresh (a second copy of each was 78 bytes a topic at 100k
-topics, tracemalloc). A dropped table's row goes to the next new one.
+a time, and only a new table's is kept (the cycle's names as strs all at once were a
+large share of the decide's peak). Whoever keeps a topic's name past the cycle takes its
+table's (`name`, `names`): one str a topic across cycles, not a second copy each cycle's
+tables would spell afresh. A dropped table's row goes to the next new one.
 
 A topic is found by its str's hash (CPython keeps it in the str) among the kept names'
 hashes, sorted, 12 bytes a table; the names themselves tell a collision apart. A dict of
-the names to their rows held 188 MB at 1M topics, strs included (96 of them), and its
-`find` took 0.56 s (measured, 2026-12-03).
+the names to their rows held more and found no faster (docs/design.md, "The driver once
+every age table is full").
 """
 
 from __future__ import annotations
@@ -105,7 +104,7 @@ class TableRows:
         rows = np.full(keys.size, -1, np.int64)
         if not self._keys.size:
             return rows
-        order = np.argsort(keys)  # sorted, the search keeps to the cache: 4× faster at 1M
+        order = np.argsort(keys)  # sorted, the search keeps to the cache
         lo = np.empty_like(order)
         lo[order] = np.searchsorted(self._keys, keys[order])
         lo = np.minimum(lo, self._keys.size - 1)

@@ -16,7 +16,7 @@ def thinned(times: np.ndarray, counts: np.ndarray, quota: int) -> np.ndarray:
     costs the least (see the module), for `k` tables of `n` points as (k, n) arrays: tables
     begun together fill together, so at a million topics every busy one thins in the same
     cycle, and they are scored side by side and chosen in lockstep (a loop over each
-    table's points took 44 µs a table)."""
+    table's points made that cycle last; docs/design.md, "The age tables")."""
     k, n = times.shape
     before, middle, after = counts[:, :-2], times[:, 1:-1], times[:, 2:]
     span = (counts[:, 2:] - before).astype(np.float64)  # > 0: no three equal in a row

@@ -1,8 +1,9 @@
 """Every topic's backlog check in a cycle as columns; a topic's `TopicDecision` when asked.
 
 At a million topics, the decisions as objects (a frozen `TopicDecision` a topic and a
-`SubscriptionBacklog` a subscription) were a third of the decide's 10 s and most of what the
-driver held between cycles, while a cycle reads few of them: those that act (the plan),
+`SubscriptionBacklog` a subscription) were a third of the decide and most of what the
+driver held between cycles (docs/design.md, "Decisions as columns"), while a cycle reads
+few of them: those that act (the plan),
 and those published when `filters.max_topics` caps the topics or `exposition.topic_level`
 is off. So the check runs over columns for every topic (which subscription holds the oldest
 message, each limit's status), and `check_against` (engine/backlog/check.py, the one statement of
@@ -160,7 +161,7 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: list[str],
                 reported[k] = given
     # the bytes reported, else estimated (NaN where the average is unusable), 0 without a
     # holder, in place; with the statuses' rules as masks (`_status`), where each step and
-    # each rule made an array, 18 MB off the check's peak at 1M topics (sampled, 2026-12-03)
+    # each rule made an array (docs/design.md, "The driver once every age table is full")
     with np.errstate(invalid="ignore"):
         backlog_bytes = held * average
     backlog_bytes[~(np.isfinite(average) & (average >= 0))] = np.nan
@@ -172,8 +173,7 @@ def check_topics(subs: Subscriptions, decided: np.ndarray, topics: list[str],
         time = _status(time_limit, has, oldest, oldest < now - time_limit)
         close = (size != NO_LIMIT) & (size != UNKNOWN) & has \
             & (np.abs(backlog_bytes - size_limit) <= size_limit * _CLOSE)
-    # `decided` ascending: every row when as many (the lists as they are, no copy of 8 MB
-    # each at 1M topics)
+    # `decided` ascending: every row when as many (the lists as they are, no copy of each)
     every = decided.size == len(topics)
     names = topics if every else [topics[r] for r in decided.tolist()]
     spaces = namespaces if every else [namespaces[r] for r in decided.tolist()]
