@@ -14,15 +14,15 @@ walk reads the stats of:
 - topics over a quota, or with a time limit in force, a backlog and no age measured by the
   broker (`TimeSource.ESTIMATED` or `LOWER_BOUND`), or whose time limit has no measure;
 - topics whose Pulsar limits as resolved here differ from the limits their broker prints
-  it applies (`pulsar_storage_backlog_quota_limit{,_time}`): a topic-level policy set
-  since we read it; the walk reads their policies again too;
+  it applies (`pulsar_storage_backlog_quota_limit{,_time}`; `backlog/quotas.disagrees`,
+  asked by the decide): a topic-level policy set since we read it; the walk reads their
+  policies again too;
 - topics listed by the admin REST and not on any broker's fresh /metrics (kept by the
   topic filter): unloaded, or their broker's /metrics failing.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,6 @@ import numpy as np
 import pyarrow as pa
 
 from exporter.config.settings import TopicFilter
-from exporter.engine.backlog.quotas import ResolvedQuota
 from exporter.engine.backlog.topicdecisions import UNKNOWN, WITHIN
 from exporter.pipeline.tables import keep
 from exporter.pulsarnames import after_domain
@@ -38,19 +37,6 @@ from exporter.pulsarnames import after_domain
 if TYPE_CHECKING:
     from exporter.engine.decide import Decisions
 
-
-
-def disagrees(limits: ResolvedQuota, size: float | None, time: float | None) -> bool:
-    """Pulsar's limits as resolved here vs the broker's printed ones (None: not printed).
-    Only limits taken from Pulsar's policies are compared: the YAML's override them here
-    and not on the broker. Negative sizes and times of 0 or less are Pulsar's no limit."""
-    for limit, value, floor in ((limits.size, size, 0.0), (limits.time, time, 1e-9)):
-        if value is None or not math.isfinite(value) or not limit.origin.startswith("pulsar:"):
-            continue
-        theirs = value if value >= floor else None
-        if theirs != limit.value:
-            return True
-    return False
 
 
 def stats_wanted(decisions: Decisions, listed: Sequence[str], *, rule: TopicFilter,

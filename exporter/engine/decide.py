@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.config.settings import BacklogQuotas, Config, MonitoringClass, RateLimit
-from exporter.engine.attention import disagrees
 from exporter.engine.backlog.agetable import AgeTables
 from exporter.engine.backlog.measures import Measures
 from exporter.engine.backlog.publishtimes import (
@@ -30,7 +29,7 @@ from exporter.engine.backlog.publishtimes import (
     Subscriptions,
     publish_times,
 )
-from exporter.engine.backlog.quotas import ResolvedQuota, Resolver
+from exporter.engine.backlog.quotas import ResolvedQuota, Resolver, disagrees
 from exporter.engine.backlog.sizes import message_sizes, slowest_backlogs
 from exporter.engine.backlog.topicdecisions import TopicDecisions, check_topics
 from exporter.engine.columns import counts, floats, positions, ranked, rows_of, shared

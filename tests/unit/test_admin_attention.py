@@ -17,9 +17,9 @@ from exporter.config.settings import (
     RetentionPolicy,
     TopicFilter,
 )
-from exporter.engine.attention import disagrees, stats_wanted
+from exporter.engine.attention import stats_wanted
 from exporter.engine.backlog.check import SubscriptionBacklog, TimeSource, TopicBacklogState, check
-from exporter.engine.backlog.quotas import resolve
+from exporter.engine.backlog.quotas import disagrees, resolve
 from exporter.engine.decide import Decisions
 from exporter.pipeline.lastgood import LastGood
 from exporter.sources.admin import AdminFetched, AdminScraper

@@ -26,6 +26,7 @@ exactly as `config`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -175,3 +176,16 @@ class Resolver:
         parent = partitioned_parent(topic)
         return any(topic in entries or (parent is not None and parent in entries)
                    for entries in self._named)
+
+
+def disagrees(limits: ResolvedQuota, size: float | None, time: float | None) -> bool:
+    """Pulsar's limits as resolved here vs the broker's printed ones (None: not printed).
+    Only limits taken from Pulsar's policies are compared: the YAML's override them here
+    and not on the broker. Negative sizes and times of 0 or less are Pulsar's no limit."""
+    for limit, value, floor in ((limits.size, size, 0.0), (limits.time, time, 1e-9)):
+        if value is None or not math.isfinite(value) or not limit.origin.startswith("pulsar:"):
+            continue
+        theirs = value if value >= floor else None
+        if theirs != limit.value:
+            return True
+    return False
