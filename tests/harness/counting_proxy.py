@@ -18,6 +18,8 @@ class CountingProxy:
     def __init__(self, upstream: str):
         target = urlsplit(upstream)
         self.requests: list[tuple[str, str]] = []  # (method, path without its query)
+        # (method, path, the broker's status, its Location header): a redirect as answered
+        self.answers: list[tuple[str, str, int, str | None]] = []
         lock = threading.Lock()
         proxy = self
 
@@ -37,6 +39,9 @@ class CountingProxy:
                     data = answer.read()
                 finally:
                     conn.close()
+                with lock:
+                    proxy.answers.append((self.command, self.path, answer.status,
+                                          answer.getheader("Location")))
                 self.send_response(answer.status, answer.reason)
                 for key, value in answer.getheaders():
                     if key.lower() not in _HOP:

@@ -13,6 +13,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from exporter.actions.orders import LeaseState
 from exporter.runtime.cycle import Exporter
 from tests.harness.apache_pulsar import ApachePulsar, poll
@@ -101,6 +103,7 @@ def test_two_enforcing_instances_evict_as_one(apache_pulsar: ApachePulsar) -> No
         second.close()
 
 
+@pytest.mark.spark  # the exporter process runs its cycles on Spark
 def test_a_paused_holder_is_fenced_and_a_killed_one_replaced(
         apache_pulsar: ApachePulsar, tmp_path: Path) -> None:
     """An exporter process holds the lease and cuts the backlog. SIGSTOP: an in-process

@@ -26,7 +26,7 @@ from exporter.actions.orders import (
     Performed,
     Skipped,
 )
-from exporter.actions.plan import orders_for
+from exporter.actions.plan import Enforcement, orders_for
 from exporter.catalogue import EVICTION_FAILURE_REASONS
 from exporter.config.settings import AdminSource, BacklogQuota, BacklogQuotas, RetentionPolicy
 from exporter.engine.backlog.check import (
@@ -180,6 +180,43 @@ def test_time_expires_what_is_older_than_the_cut(
     # is counted as stale.
     again = AdminEvictor(_source(apache_pulsar)).perform(orders)
     assert [(type(r), r.reason) for r in again] == [(Skipped, EvictionFailure.STALE_TIME)]
+
+
+def test_a_connected_consumer_near_its_oldest_message_meets_the_brokers_409(
+        apache_pulsar: ApachePulsar) -> None:
+    """Pulsar's guard, which the cuts above keep clear of: with a consumer connected and
+    fewer than 1,000 entries in the backlog, `PersistentSubscription.expireMessages(s)`
+    issues nothing unless the oldest message is older than 1.5 × s
+    (`PersistentTopic.isOldestMessageExpired`, MESSAGE_EXPIRY_THRESHOLD), and the admin
+    REST answers 409 (`PersistentTopicsBase`: "not issued … subscription almost catch up").
+    A time quota just under the oldest message's age puts the engine's cut (0.9 × the
+    limit ago) half a second after that message: s = 3 for an age of ~3 s. The order is
+    skipped as `consumer_connected` and counted once by that reason; nothing moves, and
+    the consumer stays."""
+    namespace = apache_pulsar.create_namespace("evict-guard")
+    topic = f"persistent://{namespace}/young"
+    with apache_pulsar.client() as client:
+        client.subscribe(topic, "slow", receiver_queue_size=1)
+        apache_pulsar.produce(topic, 20, PAYLOAD)
+        time.sleep(3.0)
+        sub = _sub(apache_pulsar, topic, "slow")
+        oldest = sub["earliestMsgPublishTimeInBacklog"] / 1000
+        now = time.time()
+        limit_time = (now - oldest - 0.5) / float(EVICTION_TARGET)  # cut = oldest + 0.5 s
+        quotas = BacklogQuotas(topics={topic: BacklogQuota(limit_time=limit_time,
+                                                           policy=EVICT)})
+        decision = check(_state(apache_pulsar, topic, namespace), quotas, now)
+        decisions = Decisions(now, TopicDecisions.of((decision,)), {}, ())
+        evictor = AdminEvictor(_source(apache_pulsar))
+        broker_consumers = {(topic, "slow"): len(sub["consumers"])}
+        acted = Enforcement().act(decisions, enforce=True, evictor=evictor,
+                                  consumers=lambda topics: broker_consumers)
+        after = _sub(apache_pulsar, topic, "slow")
+    assert broker_consumers == {(topic, "slow"): 1}
+    assert (acted.evictions, acted.failures) == (
+        frozenset(), (EvictionFailure.CONSUMER_CONNECTED.value,)), acted
+    assert after["msgBacklog"] == 20
+    assert after["consumers"][0]["connectedSince"] == sub["consumers"][0]["connectedSince"]
 
 
 @pytest.mark.parametrize("kind", TYPES, ids=lambda k: k.name)

@@ -97,7 +97,9 @@ def test_a_group_over_its_quota_is_held_to_it_by_the_broker_and_we_say_so(
     it let through. Measured on 4.0.8 (one broker, 2 s quota rounds, a producer with one
     send in flight): about 73 msg/s through a 50 msg/s quota, in every run, while the
     broker's own calculated quota is 50: its limiter lets ~1.45x through, and our
-    utilisation (1.4-1.7) and throttle delay (0.7-1.5 s) say so."""
+    utilisation and throttle delay say so: they are checked against the broker's own usage
+    counter (`pulsar_resource_group_messages_used`, which `ResourceGroupService.
+    incrementUsage` adds each round's published messages to) over the same stretch."""
     group, namespace = _group(apache_pulsar, "rg-over")
     exporter = _exporter(apache_pulsar)
     stop, sent = threading.Event(), [0]
@@ -109,11 +111,13 @@ def test_a_group_over_its_quota_is_held_to_it_by_the_broker_and_we_say_so(
         time.sleep(6)  # the limiter settles after the group's first quota round
         _publish_view(exporter, group)  # our rates from here on
         at, before = time.monotonic(), sent[0]
+        round_at, used_before = _next_round(apache_pulsar, group)
         rows = []
         for _ in range(4):
             time.sleep(2.5)
             rows.append(_publish_view(exporter, group))
         seconds, produced = time.monotonic() - at, sent[0] - before
+        round_end, used_after = _next_round(apache_pulsar, group)
         brokers = apache_pulsar.metrics()
     finally:
         stop.set()
@@ -129,13 +133,45 @@ def test_a_group_over_its_quota_is_held_to_it_by_the_broker_and_we_say_so(
     # (measured: 450 after nine 2 s rounds, 50 each: the whole quota, one broker).
     computed = brokers.value("pulsar_resource_group_calculated_messages_quota_total",
                              ResourceGroup=group, MonitoringClass="Publish")
+    # The broker's own utilisation: what its rounds counted as used, over its quota.
+    theirs = (used_after - used_before) / (round_end - round_at) / QUOTA
     print(f"the broker's calculated-quota counter: {computed}")
     print(f"{group}: quota {QUOTA}/s; the producer got {produced / seconds:.1f}/s through; "
-          f"our usage {usage}, utilisation {ratio}, throttle delay {delay}")
+          f"our usage {usage}, utilisation {ratio}, throttle delay {delay}; the broker's "
+          f"utilisation {theirs:.3f} over {round_end - round_at:.1f} s")
     assert len(usage) == 4
     mean = sum(usage) / len(usage)
-    assert abs(mean - produced / seconds) <= 0.25 * produced / seconds
+    assert abs(mean - produced / seconds) <= 0.10 * produced / seconds
     assert 0.5 * QUOTA <= mean <= 2 * QUOTA  # held near the quota by the broker
+    assert computed is not None and computed > 0 and computed % QUOTA == 0  # its quota: ours
+    ours = sum(ratio) / len(ratio)
+    assert theirs > 1 and ours == pytest.approx(theirs, rel=RATIO_BAND)
+    # Kafka's (O - T) / T * W over the cycle (one_broker's check_interval), the broker's O, T.
+    window = 2.0
+    assert sum(delay) / len(delay) == pytest.approx((theirs - 1) * window,
+                                                    abs=RATIO_BAND * theirs * window)
+
+
+RATIO_BAND = 0.05  # our mean utilisation against the broker's over the same rounds
+
+
+def _used(broker: ApachePulsar, group: str) -> float:
+    """The broker's count of messages published in the group's namespaces, added to once
+    per usage round (resourceUsageTransportPublishIntervalInSecs, 2 s here)."""
+    return broker.metrics().value("pulsar_resource_group_messages_used_total",
+                                  ResourceGroup=group, MonitoringClass="Publish") or 0.0
+
+
+def _next_round(broker: ApachePulsar, group: str) -> tuple[float, float]:
+    """(when, the counter) just after the broker's next usage round: the counter read at
+    round boundaries, so its rate has no partial round at either end."""
+    before, deadline = _used(broker, group), time.monotonic() + 10
+    while time.monotonic() < deadline:
+        now, used = time.monotonic(), _used(broker, group)
+        if used != before:
+            return now, used
+        time.sleep(0.05)
+    raise AssertionError(f"{group}: the broker's usage counter did not move in 10 s")
 
 
 def test_a_topic_bound_to_a_group_of_its_own_counts_there_alone(

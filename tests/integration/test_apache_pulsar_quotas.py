@@ -12,6 +12,10 @@ Every test works in its own namespaces.
 from __future__ import annotations
 
 import re
+import time
+from pathlib import Path
+
+import pytest
 
 from exporter.config.settings import AdminSource, BacklogQuotas, PolicySource
 from exporter.engine.backlog.quotas import resolve
@@ -209,3 +213,77 @@ def test_the_brokers_eviction_gauge_beside_our_counter(apache_pulsar: ApachePuls
     # The broker's expiry runs on after its 204 (test_apache_pulsar_evictions.py).
     poll(lambda: apache_pulsar.topic_stats(by_us)["subscriptions"]["stalled"][
         "msgBacklog"] == 0, f"{by_us}: our eviction emptied its backlog")
+
+
+# --- Pulsar's production defaults -------------------------------------------------------------
+
+# The broker's shipped backlog-quota check (broker.conf): once a minute, time quotas
+# estimated from ledger metadata rather than read from the oldest message (PIP-323).
+PRODUCTION_CHECK = {"backlogQuotaCheckIntervalInSeconds": "60",
+                    "preciseTimeBasedBacklogQuotaCheck": "false"}
+CHECKS = "pulsar_storage_backlog_quota_check_duration_seconds_count"
+
+
+@pytest.mark.apache  # a broker of its own, on the production check
+def test_production_defaults_age_a_backlog_from_its_ledgers_close_once_a_minute(
+        tmp_path: Path) -> None:
+    """Every other test here runs the broker's check every 2 s, precise. On Pulsar's
+    defaults the first check runs a whole interval after the broker service starts
+    (BrokerService schedules `monitorBacklogQuota` at that fixed rate), and a time quota
+    is judged from ledger metadata (`PersistentTopic.estimatedTimeBasedBacklogQuotaCheck`):
+    a backlog in a closed ledger is as old as that ledger's close, and one in the open
+    ledger has no age at all, so the broker neither reports nor evicts it. Two topics
+    under a 10 s time quota: one left in its open ledger, one whose ledger an unload
+    closed 5 s after its messages. Our published age is the broker's figure, either way we
+    read it (its /metrics gauge; the admin REST's `oldestBacklogMessageAgeSeconds`)."""
+    broker = ApachePulsar(tmp_path, heap="512m", direct_memory="512m",
+                          resource_usage_transport=False, overrides=PRODUCTION_CHECK)
+    broker.start()
+    ready = time.monotonic()
+    try:
+        namespace = broker.create_namespace("defaults")
+        _set_quota(broker, f"/admin/v2/namespaces/{namespace}", "message_age",
+                   {"limitTime": 10, "policy": "consumer_backlog_eviction"})
+        still_open, closed = _topic(namespace, "open"), _topic(namespace, "closed")
+        for topic in (still_open, closed):
+            broker.create_subscription(topic, "stalled")
+            broker.produce(topic, 10, PAYLOAD)
+        published = time.time()
+        time.sleep(5)
+        broker.admin("PUT", f"{_rest(closed)}/unload")
+        closed_at = time.time()
+        broker.topic_stats(closed)  # loaded again: its backlog now in a closed ledger
+        early = broker.metrics()
+        metrics = poll(lambda: (m := broker.metrics()) and (m.value(CHECKS) or 0) >= 1 and m,
+                       "the broker's first scheduled backlog-quota check", timeout=80,
+                       interval=1)
+        checked, first_check = time.time(), time.monotonic() - ready
+        ours = {}
+        for admin in (False, True):
+            exporter, _ = _exporter(broker, {}, admin=admin)
+            try:
+                report = exporter.cycle()
+            finally:
+                exporter.close()
+            ours[admin] = {t["topic"]: t for t in report.status["topics"]}
+        open_backlog = broker.topic_stats(still_open)["subscriptions"]["stalled"]["msgBacklog"]
+    finally:
+        broker.stop()
+    theirs = {t: metrics.value(AGE, topic=t) for t in (still_open, closed)}
+    print(f"first check {first_check:.1f} s after ready (start {broker.start_seconds:.1f} s), "
+          f"{checked - published:.1f} s after the messages, {checked - closed_at:.1f} s "
+          f"after the close; the broker's ages {theirs}; ours "
+          f"{[(t['backlog_age_seconds'], t['backlog_age_source']) for t in ours[True].values()]}")
+    assert early.value(CHECKS) == 0 and early.value(AGE, topic=still_open) == -1
+    assert broker.start_seconds is not None and first_check >= 60 - broker.start_seconds - 1
+    # The open ledger: no age, no eviction, though ~55 s past a 10 s quota.
+    assert theirs[still_open] == -1 and open_backlog == 10
+    assert metrics.value(EVICTIONS, topic=still_open, quota_type="time") == 0
+    # The closed ledger: as old as its close, not as its messages; over the quota, evicted.
+    assert theirs[closed] is not None
+    assert abs(theirs[closed] - (checked - closed_at)) <= 1 + 1  # whole s, our poll's 1 s
+    assert theirs[closed] <= checked - published - 4
+    assert metrics.value(EVICTIONS, topic=closed, quota_type="time") == 1
+    for admin in (False, True):
+        assert ours[admin][closed]["backlog_age_seconds"] == theirs[closed], ours[admin]
+    assert ours[True][closed]["exceeded"] == ["time"]

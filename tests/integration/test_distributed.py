@@ -4,7 +4,8 @@ One fleet of three `run` processes (Pulsar's allocator) goes through: convergenc
 on the usage topic, a quota raised then lowered by editing the files, a SIGKILL (dropped
 after stale_after) and a clean stop (dropped at the goodbye). A second fleet of two (the
 `fair` allocator) resolves PIP-82's starved 80/20 case. Assertions are about outcomes;
-the timeouts are generous and the measured times are printed, not asserted.
+the timeouts are generous and the measured times are printed, not asserted, but for the
+SIGKILL's drop: never before stale_after has passed since the peer's last report.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ QUOTA = 100.0
 DEMANDS = {"p-a": 10.0, "p-b": 50.0, "p-c": 30.0}
 SHARES = {n: QUOTA * d / sum(DEMANDS.values()) for n, d in DEMANDS.items()}  # Pulsar's rule
 TOPIC = USAGE_TOPIC
+SHARE_BAND = 0.15  # each share against Pulsar's rule (whole messages/s: p-a's 11.1 reads 10-12)
 
 
 @pytest.fixture(scope="module")
@@ -61,17 +63,18 @@ def test_three_participants_converge_on_a_split_that_follows_demand(fleet):
         seen[:] = [q]
         return None not in q.values() and within(sum(q.values()), QUOTA) \
             and q["p-b"] > q["p-c"] > q["p-a"] and all(
-                abs(q[n] - share) <= 0.25 * share for n, share in SHARES.items())
+                abs(q[n] - share) <= SHARE_BAND * share for n, share in SHARES.items())
 
     took += fleet.wait_for("convergence", split_follows_demand, timeout=180)
     (q,) = seen
-    print(f"\nconverged in {took:.1f}s: {q}")
+    off = max(abs(q[n] - share) / share for n, share in SHARES.items())
+    print(f"\nconverged in {took:.1f}s: {q} (off Pulsar's rule by {off:.1%} at most)")
     assert within(sum(q.values()), QUOTA)
     # Pulsar's rule: shares in proportion to usage (10/50/30 → 11/56/33 of 100). Waited
     # for, not read once: a member mid-round has read {'p-a': 11, 'p-b': 55, 'p-c': 25}
     # (CI), the sum already within 10 % and the order right.
     for name, share in SHARES.items():
-        assert q[name] == pytest.approx(share, rel=0.25)
+        assert q[name] == pytest.approx(share, rel=SHARE_BAND)
     # every participant sees the others' usage and counts what it sends and receives
     a = fleet.members["p-a"]
     assert a.sample("pulsar_resource_group_usage_messages_per_second", participant="p-b",

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -143,4 +144,42 @@ def test_demo_runs_and_prints_decisions(installed: Installed):
     # first cycle collects before the workload has created them).
     tables = done.stdout.split("cycle at ")[1:]
     assert any(all(t in table for t in DEMO_TOPICS) for table in tables), out
-    assert "consumer_backlog_eviction" in done.stdout, out
+    assert_promised_evictions(done.stdout)
+
+
+STALLED, BULK = DEMO_TOPICS[1], DEMO_TOPICS[2]
+BULK_MESSAGE = 4096  # bytes, each of the demo workload's bulk messages
+
+
+def assert_promised_evictions(stdout: str) -> None:
+    """The evictions the demo promises (exporter/demo/run.py): the stalled subscription's
+    backlog passes its 30 s time quota, the consumer-less one its 256 KiB size quota, and
+    each is evicted, so neither keeps growing: at 2 messages/s without evictions the age
+    would gain 5 s and the backlog 10 messages a cycle."""
+    for topic, quota, promised in ((STALLED, "time", "reports"), (BULK, "size", "archive")):
+        rows = _rows(stdout, topic)
+        evicting = [(at, row) for at, row in rows if row[-1] == f"{quota} → evict {promised}"]
+        assert evicting, stdout
+        (first, (_, backlog, age, *_)), (last, (_, last_backlog, last_age, *_)) = \
+            evicting[0], rows[-1]
+        assert last - first >= 10, stdout  # two cycles at least after the first eviction
+        if quota == "time":
+            assert age >= 30 and last_age <= 30 + 5, stdout  # held at the quota by evictions
+        else:
+            assert backlog * BULK_MESSAGE >= 256 * 1024, stdout
+            assert last_backlog <= backlog + 2, stdout
+
+
+def _rows(stdout: str, topic: str) -> list[tuple[float, list]]:
+    """(seconds since the first table, [topic, backlog, age, policy, exceeded / action]) of
+    `topic` in each decisions table the demo printed (exporter/demo/run.py's `summary`)."""
+    rows, start = [], None
+    for table in stdout.split("cycle at ")[1:]:
+        at = datetime.fromisoformat(table.split()[0].replace("Z", "+00:00")).timestamp()
+        start = at if start is None else start
+        for line in table.splitlines():
+            if line.startswith(topic + " "):
+                name, backlog, age, policy, action = line.split(maxsplit=4)
+                rows.append((at - start, [name, int(backlog),
+                                          None if age == "-" else int(age), policy, action]))
+    return rows
