@@ -58,6 +58,8 @@ TIERS: dict[str, str] = {
     "e2e": "tests/e2e/: pulsar-lite, the exporter process, Prometheus and Alertmanager",
     "install": "builds the wheel and installs it with its dependencies from the package index "
                "into a fresh virtualenv",
+    "image": "tests/image/: builds the OCI image (debootstrap, apt, umoci; needs root) and runs "
+             "it with runc against pulsar-lite",
 }
 
 # Fixtures that start a component, by name: requesting one (even through another fixture)
@@ -79,6 +81,7 @@ FOLDER_TIERS: dict[str, tuple[str, ...]] = {
     "cluster": ("cluster",),
     "chart": ("tools",),
     "e2e": ("e2e", "lite", "spark", "tools"),
+    "image": ("image", "lite", "spark"),
 }
 
 # Programs a test may start only when marked with one of these tiers (the executable's name;
@@ -97,6 +100,9 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "chromium": ("tools",),
     "openssl": ("tools",),
     "helm": ("tools",),
+    "debootstrap": ("image",),
+    "umoci": ("image",),
+    "runc": ("image",),
 }
 
 settings.register_profile("ci", max_examples=200, deadline=None)
