@@ -15,11 +15,14 @@ COPY image/packages.txt /tmp/packages.txt
 RUN apt-get update \
  && grep -v '^#' /tmp/packages.txt | xargs apt-get install -y --no-install-recommends \
  && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml README.md constraints.txt /src/
+COPY pyproject.toml README.md requirements/runtime.lock /src/
 COPY exporter /src/exporter
 COPY image/prune-venv.sh /src/
+# The dependencies at the lock's versions and hashes (what the tests ran), then the package.
 RUN python3 -m venv /opt/pulsar-quota-exporter \
- && /opt/pulsar-quota-exporter/bin/pip install --no-cache-dir -c /src/constraints.txt /src \
+ && /opt/pulsar-quota-exporter/bin/pip install --no-cache-dir --require-hashes \
+        -r /src/runtime.lock \
+ && /opt/pulsar-quota-exporter/bin/pip install --no-cache-dir --no-deps /src \
  && sh /src/prune-venv.sh /opt/pulsar-quota-exporter
 # The commit, for `--version` and build_info where there is no checkout (pipeline/buildinfo.py).
 ARG REVISION=unknown

@@ -48,7 +48,7 @@ TAG = "latest"
 # `ENV PATH=...:$PATH` extends (an OCI image made by `umoci new` starts with no environment).
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 # The package's wheel inputs: what `pip install .` reads (pyproject.toml's readme is README.md).
-WHEEL_INPUTS = ("pyproject.toml", "constraints.txt", "README.md", "exporter")
+WHEEL_INPUTS = ("pyproject.toml", "requirements/runtime.lock", "README.md", "exporter")
 
 
 class DockerfileError(ValueError):
@@ -248,12 +248,12 @@ def image_root(config: ImageConfig, seconds: dict[str, float]) -> Path:
     _run(["cp", "-a", "--reflink=auto", str(base), str(root)], log)
     wheels = root / "wheels"
     py = str(ROOT / ".venv" / "bin" / "python")
-    # The package's wheel, then its dependencies' (pyspark is an sdist: built once here, and
-    # reused from pip's cache after), installed in the root offline.
+    # The package's wheel, then its dependencies' at the lock's versions and hashes (pyspark
+    # is an sdist: built once here, and reused from pip's cache after), installed in the root
+    # offline.
     _run([py, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], log)
-    ours = next(wheels.glob("pulsar_quota_exporter-*.whl"))
-    _run([py, "-m", "pip", "wheel", "-q", "-c", str(ROOT / "constraints.txt"), "-w",
-          str(wheels), str(ours)], log)
+    _run([py, "-m", "pip", "wheel", "-q", "--require-hashes", "-r",
+          str(ROOT / "requirements" / "runtime.lock"), "-w", str(wheels)], log)
     env = {"PATH": BASE_ENV["PATH"], "HOME": "/root"}
     shutil.copy(PRUNE_VENV, wheels / "prune-venv.sh")
     _in_root(root, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-cache-dir "

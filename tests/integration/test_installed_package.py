@@ -1,11 +1,13 @@
 """The package as a user gets it: a wheel built from the working tree, installed with its
-dependencies into a fresh virtualenv (no system or project site-packages), run from a
+locked dependencies into a fresh virtualenv (no system or project site-packages), run from a
 directory outside the checkout. What a checkout hides shows up here: data files missing from
-the wheel, code reading paths relative to the repository, undeclared dependencies.
+the wheel, code reading paths relative to the repository, undeclared dependencies (the
+lock holds what pyproject.toml declares, and the wheel is installed without resolving).
 
 The wheel is built from a copy of the files the build reads, so no `build/` or egg-info is
 written into the shared working tree. Dependencies come from the package index (pip's cache
-makes it fast); the times of each step are printed, not asserted.
+makes it fast) at the versions and hashes of requirements/extras.lock, as the README's
+Install says; the times of each step are printed, not asserted.
 """
 
 from __future__ import annotations
@@ -84,8 +86,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     (wheel,) = wheels.glob("*.whl")
     # The base interpreter's venv, not this one's: nothing of the project's .venv is visible.
     _timed("create the venv", [sys.executable, "-m", "venv", venv], base)
-    _timed("install the wheel with its deps", [venv / "bin" / "python", "-m", "pip", "install",
-                                               "-q", f"{wheel}[demo]"], base)
+    # As README's Install says: the locked dependencies, hashes checked, then the wheel alone.
+    _timed("install the locked deps", [venv / "bin" / "python", "-m", "pip", "install", "-q",
+                                       "--require-hashes", "-r",
+                                       REPO / "requirements" / "extras.lock"], base)
+    _timed("install the wheel", [venv / "bin" / "python", "-m", "pip", "install", "-q",
+                                 "--no-deps", f"{wheel}[demo]"], base)
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
