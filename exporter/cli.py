@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import dataclasses
 
         from exporter.config.reload import ConfigFile
-        from exporter.pipeline.session import start_in_background
+        from exporter.pipeline.spark.session import start_in_background
 
         def adjust(config):
             if not args.listen:
@@ -208,7 +208,7 @@ def _check(args: argparse.Namespace) -> int:
     import json
 
     from exporter.demo.run import summary
-    from exporter.pipeline.session import stop
+    from exporter.pipeline.spark.session import stop
     from exporter.runtime.cycle import Exporter
 
     config = _load_or_exit(args.config, args.expand_env)
@@ -265,7 +265,7 @@ def _recorder(args: argparse.Namespace):
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from exporter.pipeline.session import stop
+    from exporter.pipeline.spark.session import stop
     from exporter.record.command import parse_time, replay
 
     config = _load_or_exit(args.config, args.expand_env)

@@ -1,6 +1,6 @@
 """Modules the exporter's processes refuse to import, because a library would load them
 for nothing: the driver (`cli.main`, every command) and its Spark workers
-(pipeline/daemon.py) install the refusal before anything else loads.
+(pipeline/spark/daemon.py) install the refusal before anything else loads.
 
 - pandas: pyarrow imports it on its first `pa.array`, only to ask whether the argument is a
   pandas object (its pandas shim takes an ImportError as "no pandas"); nothing here hands it

@@ -13,7 +13,7 @@ find "$site" -depth -type d -name tests -exec rm -rf {} +
 rm -rf "$site/pyarrow/include" "$site/pyarrow/src"
 # Last, not a cut: every file's modification time down to the whole second. An image layer's
 # tar keeps whole seconds (umoci rounds to the nearest one), and Spark's class-data archive is
-# named for its jars' times to the nanosecond (exporter/pipeline/jvmarchive.py): unrounded,
+# named for its jars' times to the nanosecond (exporter/pipeline/spark/jvmarchive.py): unrounded,
 # the image would look for an archive it does not have. Flooring keeps the .pyc files valid
 # (they record the whole second of their source's time).
 "$venv/bin/python" - "$venv" <<'PY'

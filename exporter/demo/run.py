@@ -86,9 +86,9 @@ def summary(report) -> str:
 def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> int:
     """Run until `duration` or Ctrl-C. 1 when no cycle produced decisions: a demo whose
     every cycle failed must not look like one that worked."""
-    from exporter.pipeline import jvmarchive
-    from exporter.pipeline.session import start_in_background
-    from exporter.pipeline.session import stop as stop_spark
+    from exporter.pipeline.spark import archivemake
+    from exporter.pipeline.spark.session import start_in_background
+    from exporter.pipeline.spark.session import stop as stop_spark
     from exporter.runtime.scheduler import Scheduler
     from exporter.server.http import ListenError, build_server
     from exporter.server.webconfig import load_web_config
@@ -133,7 +133,7 @@ def run_demo(duration: float | None = None, config_path: Path = DEMO_CONFIG) -> 
             print(summary(report) + "\n", flush=True)
 
         scheduler = Scheduler(config.check_interval,
-                              jvmarchive.after_first(cycle, config.spark.master),
+                              archivemake.after_first(cycle, config.spark.master),
                               exporter.skipped)
         if duration is not None:
             timer = threading.Timer(duration, scheduler.stop)

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from exporter import __version__
-from exporter.pipeline.jvmarchive import java_binary
+from exporter.pipeline.spark.jvmarchive import java_binary
 
 UNKNOWN = "unknown"
 _PACKAGE = Path(__file__).resolve().parents[1]  # exporter/

@@ -28,7 +28,7 @@ def parse_time(text: str) -> float:
 
 def replay(config: Config, record_dir: str, out: str, start: float | None = None,
            end: float | None = None) -> int:
-    from exporter.pipeline.session import get_context
+    from exporter.pipeline.spark.session import get_context
     from exporter.record.replay import parse_all, replay_cycles
 
     try:

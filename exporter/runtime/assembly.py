@@ -169,7 +169,7 @@ def broker_side_for(config: Config, clock: Clock, *, keep_body: bool) -> BrokerS
     Building it starts Spark, so the exporter builds it on first use. `keep_body`: hand
     each body back too, for the recorder."""
     from exporter.pipeline.scrape import BrokerScrape, TaskOptions, on_spark
-    from exporter.pipeline.session import get_context
+    from exporter.pipeline.spark.session import get_context
 
     sources = config.sources.brokers
     options = TaskOptions(config.filters.topics, keep_body=keep_body)

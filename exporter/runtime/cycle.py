@@ -306,7 +306,7 @@ class Exporter:
     def cancel(self) -> None:
         """Stopping: cancel the running cycle's Spark jobs so the loop ends in seconds."""
         self._cancelled = True
-        from exporter.pipeline.session import cancel_running
+        from exporter.pipeline.spark.session import cancel_running
 
         try:
             cancel_running()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from exporter.config.reload import ConfigFile
 from exporter.config.settings import Config
-from exporter.pipeline import jvmarchive
+from exporter.pipeline.spark import archivemake
 from exporter.runtime.assembly import CycleRecorder, assemble
 from exporter.runtime.cycle import Exporter
 from exporter.server.http import build_server
@@ -52,7 +52,7 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
                           web or load_web_config(config.exposition), limits,
                           metrics_path).start()
     scheduler = Scheduler(config.check_interval,
-                          jvmarchive.after_first(exporter.cycle, config.spark.master),
+                          archivemake.after_first(exporter.cycle, config.spark.master),
                           exporter.skipped)
     def stopping(*_: object) -> None:
         scheduler.stop()
@@ -78,7 +78,7 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         if not scheduler.stopping:
             # Spark's start (seconds) is no check: keep it out of the first check's
             # duration, so a restart does not look like a slow check to the alert rules.
-            from exporter.pipeline.session import SparkStartError, get_context
+            from exporter.pipeline.spark.session import SparkStartError, get_context
 
             try:
                 get_context(config.spark)
@@ -91,7 +91,7 @@ def run(config: Config, *, ready: Callable[[str], None] = lambda url: None,
         exchange.join(timeout=10)
         server.shutdown()
         exporter.close()
-        from exporter.pipeline.session import stop as stop_spark
+        from exporter.pipeline.spark.session import stop as stop_spark
 
         stop_spark()
     log.info("stopped cleanly")

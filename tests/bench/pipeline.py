@@ -467,7 +467,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from exporter.config.settings import Spark
-    from exporter.pipeline.session import get_context
+    from exporter.pipeline.spark.session import get_context
 
     t0 = time.perf_counter()
     context = get_context(Spark(master=args.master))

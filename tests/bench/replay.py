@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from exporter.config.load import parse
-from exporter.pipeline.session import get_context
+from exporter.pipeline.spark.session import get_context
 from exporter.record.replay import parse_all, replay_cycles
 from exporter.record.store import Recorder, read_cycles
 from exporter.sources.results import Snapshot, SourceHealth, SourceKind

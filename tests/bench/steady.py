@@ -120,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from exporter.config.settings import Spark
-    from exporter.pipeline.session import get_context
+    from exporter.pipeline.spark.session import get_context
 
     context = get_context(Spark(master=args.master))
     import pyarrow as pa  # after exporter's, which chooses the pool (exporter/__init__.py)

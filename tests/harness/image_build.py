@@ -262,9 +262,9 @@ def image_root(config: ImageConfig, seconds: dict[str, float]) -> Path:
     shutil.rmtree(wheels)
     seconds["package"] = time.monotonic() - started
     started = time.monotonic()
-    _in_root(root, 'path=$(python -c "from exporter.pipeline.jvmarchive import archive_path; '
+    _in_root(root, 'path=$(python -c "from exporter.pipeline.spark.jvmarchive import archive_path; '
              'print(archive_path())") && mkdir -p "$(dirname "$path")" && '
-             'python -m exporter.pipeline.jvmarchive "$path" && rm -rf /tmp/* && '
+             'python -m exporter.pipeline.spark.archivemake "$path" && rm -rf /tmp/* && '
              'test -s "$path"', log, config.env_dict())
     seconds["jvm_archive"] = time.monotonic() - started
     (work / "complete").touch()

@@ -74,7 +74,7 @@ def test_runs_as_nobody_under_tini_on_a_read_only_root(container: Container) -> 
     refused = container.exec("touch", "/probe")
     assert refused.returncode != 0 and "Read-only file system" in refused.stderr
     assert container.exec("touch", "/tmp/probe").returncode == 0
-    found = container.exec("python", "-c", "from exporter.pipeline.jvmarchive import "
+    found = container.exec("python", "-c", "from exporter.pipeline.spark.jvmarchive import "
                            "archive_path; p = archive_path(); print(p, p.exists())")
     assert found.stdout.strip().endswith(" True"), found
     # The .pyc files the build compiled still match their sources' times (bytes 8-12 of a

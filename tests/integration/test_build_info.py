@@ -16,7 +16,7 @@ from exporter import __version__
 from exporter.exposition.build import CycleFacts, Tallies, build
 from exporter.exposition.render import render
 from exporter.pipeline.buildinfo import build_info
-from exporter.pipeline.jvmarchive import java_binary
+from exporter.pipeline.spark.jvmarchive import java_binary
 from tests.harness.pulsar import Metrics
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from exporter.config.settings import Spark
-from exporter.pipeline import jvmarchive, sparkhome
-from exporter.pipeline.session import (
+from exporter.pipeline.spark import jvmarchive, sparkhome
+from exporter.pipeline.spark.session import (
     FINISHED_KEPT,
     JVM_OPTIONS,
     get_context,
@@ -108,7 +108,7 @@ def test_the_running_context_uses_this_interpreter_for_its_workers():
 @pytest.mark.spark  # starts this process's SparkContext (a JVM)
 def test_local_workers_import_the_installed_pyspark_not_its_zip():
     context = get_context(Spark(master="local[2]"))
-    assert context.getConf().get("spark.python.daemon.module") == "exporter.pipeline.daemon"
+    assert context.getConf().get("spark.python.daemon.module") == "exporter.pipeline.spark.daemon"
     import pyspark
 
     seen = _in_a_worker(lambda: __import__("pyspark").__file__)
@@ -297,7 +297,7 @@ def test_keeping_sigint_handler_puts_the_previous_handler_back():
 _FRAGMENTED = """
 from pathlib import Path
 
-from exporter.pipeline.daemon import trimmed
+from exporter.pipeline.spark.daemon import trimmed
 
 
 def heap_resident_kb():

@@ -17,7 +17,7 @@ import yaml
 
 from exporter.config.load import parse
 from exporter.demo.embedded import EmbeddedBroker
-from exporter.pipeline.session import get_context
+from exporter.pipeline.spark.session import get_context
 from exporter.record.replay import parse_all, replay_cycles
 from exporter.record.store import Recorder, read_cycles
 from exporter.runtime.cycle import Exporter

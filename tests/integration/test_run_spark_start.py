@@ -13,7 +13,7 @@ from exporter.demo.embedded import free_port
 
 SCRIPT = """
 import sys
-from exporter.pipeline import jvmarchive, sparkhome
+from exporter.pipeline.spark import jvmarchive, sparkhome
 path = jvmarchive.archive_path()
 path.parent.mkdir(parents=True, exist_ok=True)
 path.write_bytes(b"x" * 64)  # stamped as verified: the start tries it first

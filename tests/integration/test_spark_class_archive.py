@@ -1,4 +1,4 @@
-"""The local Spark JVM's class-data archive (pipeline/jvmarchive.py), made and used for real:
+"""The local Spark JVM's class-data archive (pipeline/spark/jvmarchive.py), made and used for real:
 the maker writes it under the cache directory, and a later session's JVM maps it. The JVM
 is told `-Xshare:on`, with which an archive it cannot use (another JDK, another class
 path, a truncated file) stops the JVM instead of being ignored, so the job only runs if
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.spark
 STARTED_WITH_IT = textwrap.dedent("""
     import sys
     from exporter.config.settings import Spark
-    from exporter.pipeline import jvmarchive, session
+    from exporter.pipeline.spark import jvmarchive, session
     path = jvmarchive.archive_path()
     options = session.session_conf(Spark(master="local[2]"))["spark.driver.extraJavaOptions"]
     assert f"-XX:SharedArchiveFile={path}" in options, options
@@ -43,7 +43,7 @@ STARTED_WITH_IT = textwrap.dedent("""
 STARTED_ANYWAY = textwrap.dedent("""
     import logging
     from exporter.config.settings import Spark
-    from exporter.pipeline import session
+    from exporter.pipeline.spark import session
     logging.basicConfig(level=logging.WARNING)
     print(session.get_context(Spark(master="local[2]")).parallelize(range(5), 2).count())
     session.stop()
@@ -64,13 +64,13 @@ def _linked_spark_home(at: Path) -> Path:
 
 
 def _archive_path(env: dict[str, str]) -> str:
-    return subprocess.run([sys.executable, "-c", "from exporter.pipeline import jvmarchive;"
+    return subprocess.run([sys.executable, "-c", "from exporter.pipeline.spark import jvmarchive;"
                            "print(jvmarchive.archive_path())"], env=env, capture_output=True,
                           text=True, check=True).stdout.strip()
 
 
 def _verify(path: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter.pipeline.jvmarchive", "--verify",
+    return subprocess.run([sys.executable, "-m", "exporter.pipeline.spark.archivemake", "--verify",
                            path], env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -81,7 +81,7 @@ def test_the_archive_is_made_once_then_mapped_by_the_next_jvm(tmp_path: Path) ->
     archive = Path(where)
     assert archive.parent == tmp_path / "pulsar-quota-exporter"
     archive.parent.mkdir(parents=True)
-    made = subprocess.run([sys.executable, "-m", "exporter.pipeline.jvmarchive", where],
+    made = subprocess.run([sys.executable, "-m", "exporter.pipeline.spark.archivemake", where],
                           env=env, capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr[-2000:]
     assert archive.stat().st_size > 10 << 20  # Spark's classes: ~150 MB measured

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from exporter.config.settings import Spark
-from exporter.pipeline.cores import available_cores, cgroup_quota
-from exporter.pipeline.session import local_cores, session_conf
+from exporter.pipeline.spark.cores import available_cores, cgroup_quota
+from exporter.pipeline.spark.session import local_cores, session_conf
 
 
 def _tree(tmp_path: Path, files: dict[str, str], cgroup: str) -> tuple[Path, Path]:

@@ -1,4 +1,4 @@
-"""The Spark install a local JVM starts from (pipeline/sparkhome.py): links to PySpark's,
+"""The Spark install a local JVM starts from (pipeline/spark/sparkhome.py): links to PySpark's,
 without the jars of Spark's other modules, and never without one Spark Core needs."""
 
 import os
@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from exporter.pipeline import sparkhome
+from exporter.pipeline.spark import sparkhome
 
 POM = "{http://maven.apache.org/POM/4.0.0}"
 

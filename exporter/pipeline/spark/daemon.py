@@ -18,7 +18,7 @@ start".) Its workers refuse pandas and pyarrow.dataset (exporter/importblocker.p
 Its workers hand the heap's free pages, and Arrow's pool's, back to the OS after each task
 (`trimmed`).
 
-Set by pipeline/session.py as `spark.python.daemon.module` for local masters only: a
+Set by pipeline/spark/session.py as `spark.python.daemon.module` for local masters only: a
 cluster's executors run their own Python and PySpark.
 """
 

@@ -45,8 +45,8 @@ from pyspark import SparkConf, SparkContext
 
 import exporter
 from exporter.config.settings import Spark
-from exporter.pipeline import jvmarchive, sparkhome
-from exporter.pipeline.cores import available_cores
+from exporter.pipeline.spark import jvmarchive, sparkhome
+from exporter.pipeline.spark.cores import available_cores
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def session_conf(cfg: Spark) -> dict[str, str]:
     """Everything `get_context` sets, defaults first, then the config's `conf`."""
     cores = local_cores(cfg.master)
     conf = {
-        # local[*]: the container's cores, not the node's (pipeline/cores.py)
+        # local[*]: the container's cores, not the node's (pipeline/spark/cores.py)
         "spark.master": f"local[{cores}]" if cfg.master.strip() == "local[*]" else cfg.master,
         "spark.app.name": APP_NAME,
         "spark.ui.enabled": "false",
@@ -126,7 +126,7 @@ def session_conf(cfg: Spark) -> dict[str, str]:
         conf[PYTHON_KEY] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
         # ... and import PySpark's compiled modules, not its zip's sources (daemon.py).
-        conf["spark.python.daemon.module"] = "exporter.pipeline.daemon"
+        conf["spark.python.daemon.module"] = "exporter.pipeline.spark.daemon"
         archive = jvmarchive.archive_path()
         conf["spark.driver.extraJavaOptions"] = JVM_OPTIONS + (
             " " + jvmarchive.use_flags(archive) if jvmarchive.usable(archive) else "")
