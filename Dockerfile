@@ -41,9 +41,7 @@ ENV PATH=/opt/pulsar-quota-exporter/bin:$PATH \
     XDG_CACHE_HOME=/opt/pulsar-quota-exporter/cache
 # Spark's class-data archive for this image's JDK and class path, made once here (it halves
 # the JVM's start: exporter/pipeline/spark/jvmarchive.py); read-only at run time.
-RUN path=$(python -c "from exporter.pipeline.spark.jvmarchive import archive_path; print(archive_path())") \
- && mkdir -p "$(dirname "$path")" && python -m exporter.pipeline.spark.archivemake "$path" \
- && rm -rf /tmp/* && test -s "$path"
+RUN python -m exporter.pipeline.spark.archivemake && rm -rf /tmp/*
 ARG VERSION
 ARG REVISION
 ARG CREATED

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -92,6 +93,35 @@ def exporter_for(cluster: ApacheCluster, *, admin_from: int = 0, quotas: dict | 
                     "backlog_quotas": quotas or {}}, "cluster.yaml")
     brokers_ = config.sources.brokers
     return Exporter(config, brokers=BrokerScrape(brokers_, in_process(brokers_)))
+
+
+def load_exporter(cluster: ApacheCluster, load_manager: dict, file: str) -> Exporter:
+    """An exporter over every broker's /metrics and broker 1's admin REST, its load verdicts
+    made with `load_manager` (the shedder the cluster's brokers run, and its settings)."""
+    config = parse({"cluster": CLUSTER, "check_interval": "5s",
+                    "sources": {"brokers": [{"url": b.metrics_url} for b in cluster.brokers],
+                                "admin": {"url": cluster.brokers[0].web_url}},
+                    "load_manager": load_manager}, file)
+    brokers = config.sources.brokers
+    return Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)))
+
+
+def traffic_on(cluster: ApacheCluster, broker: ClusterBroker, prefix: str,
+               names: Iterable[str]) -> tuple[str, dict[str, str], dict[str, str]]:
+    """A fresh namespace of 4 bundles with a subscribed topic of each name, each in a bundle
+    of its own, all owned by `broker`: (the namespace, each name's topic, each name's
+    bundle)."""
+    ns = namespace(cluster, prefix, bundles=4)
+    topics = {name: f"persistent://{ns}/{name}" for name in names}
+    for topic in topics.values():
+        broker.create_subscription(topic, "s")
+    bundles = {name: cluster.bundle_of(topic) for name, topic in topics.items()}
+    assert len(set(bundles.values())) == len(bundles), f"topics share a bundle: {bundles}"
+    for name, topic in topics.items():
+        if cluster.owner(topic) != broker.broker_id:
+            unload(cluster, topic, bundles[name], broker.broker_id)
+    assert {cluster.owner(t) for t in topics.values()} == {broker.broker_id}
+    return ns, topics, bundles
 
 
 def published(report: CycleReport, ns: str) -> dict[str, list[dict]]:

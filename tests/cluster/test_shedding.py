@@ -20,11 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.config.load import parse
-from exporter.pipeline.scrape import BrokerScrape, in_process
-from exporter.runtime.cycle import Exporter
-from tests.cluster.helpers import Unload, leader_unloads, namespace, produce_at, unload
-from tests.harness.apache_cluster import CLUSTER, ApacheCluster
+from tests.cluster.helpers import Unload, leader_unloads, load_exporter, produce_at, traffic_on
+from tests.harness.apache_cluster import ApacheCluster
 from tests.harness.pulsar import Metrics
 from tests.harness.wait import poll
 
@@ -52,38 +49,20 @@ def shedding_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Apach
         cluster.stop()
 
 
-def _exporter(cluster: ApacheCluster) -> Exporter:
-    first = cluster.brokers[0]
-    config = parse({
-        "cluster": CLUSTER, "check_interval": "5s",
-        "sources": {"brokers": [{"url": b.metrics_url} for b in cluster.brokers],
-                    "admin": {"url": first.web_url}},
-        "load_manager": {"load_shedding_strategy": UNIFORM, "min_unload_message": MIN_MESSAGES,
-                         "min_unload_message_throughput": 1000},
-    }, "shedding.yaml")
-    brokers = config.sources.brokers
-    return Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)))
+LOAD_MANAGER = {"load_shedding_strategy": UNIFORM, "min_unload_message": MIN_MESSAGES,
+                "min_unload_message_throughput": 1000}
 
 
 def test_our_verdict_names_the_bundles_the_leader_unloads(
         shedding_cluster: ApacheCluster) -> None:
     cluster = shedding_cluster
     first = cluster.brokers[0]
-    ns = namespace(cluster, "shed", bundles=4)
-    topics = {name: f"persistent://{ns}/{name}" for name in RATES}
-    for topic in topics.values():
-        first.create_subscription(topic, "s")
-    bundles = {name: cluster.bundle_of(topic) for name, topic in topics.items()}
-    assert len(set(bundles.values())) == 2, f"both topics hash to one bundle: {bundles}"
-    for name, topic in topics.items():  # every bundle with traffic on broker 1
-        if cluster.owner(topic) != first.broker_id:
-            unload(cluster, topic, bundles[name], first.broker_id)
-    assert {cluster.owner(t) for t in topics.values()} == {first.broker_id}
+    ns, topics, bundles = traffic_on(cluster, first, "shed", RATES)  # all on broker 1
 
     stop = threading.Event()
     producers = [threading.Thread(target=produce_at, args=(first, topics[n], rate, stop))
                  for n, rate in RATES.items()]
-    exporter = _exporter(cluster)
+    exporter = load_exporter(cluster, LOAD_MANAGER, "shedding.yaml")
     verdicts: list[tuple[float, set[str]]] = []  # (cycle start, bundles we name) per cycle
     try:
         for thread in producers:

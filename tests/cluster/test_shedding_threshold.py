@@ -28,11 +28,8 @@ from datetime import datetime
 
 import pytest
 
-from exporter.config.load import parse
-from exporter.pipeline.scrape import BrokerScrape, in_process
-from exporter.runtime.cycle import Exporter
-from tests.cluster.helpers import Unload, leader_unloads, namespace, produce_at, unload
-from tests.harness.apache_cluster import CLUSTER, ApacheCluster
+from tests.cluster.helpers import Unload, leader_unloads, load_exporter, produce_at, traffic_on
+from tests.harness.apache_cluster import ApacheCluster
 from tests.harness.pulsar import Metrics
 from tests.harness.wait import poll
 
@@ -69,41 +66,22 @@ def cgroup_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheC
         cluster.stop()
 
 
-def _exporter(cluster: ApacheCluster) -> Exporter:
-    config = parse({
-        "cluster": CLUSTER, "check_interval": "5s",
-        "sources": {"brokers": [{"url": b.metrics_url} for b in cluster.brokers],
-                    "admin": {"url": cluster.brokers[0].web_url}},
-        "load_manager": {"load_shedding_strategy": THRESHOLD,
-                         "broker_threshold_shedder_percentage": 1,
-                         "history_resource_percentage": 0,
-                         "bundle_unload_min_throughput_threshold": 0,
-                         "cpu_resource_weight": 1, "direct_memory_resource_weight": 0,
-                         "bandwidth_in_resource_weight": 0, "bandwidth_out_resource_weight": 0},
-    }, "shedding-threshold.yaml")
-    brokers = config.sources.brokers
-    return Exporter(config, brokers=BrokerScrape(brokers, in_process(brokers)))
+LOAD_MANAGER = {"load_shedding_strategy": THRESHOLD, "broker_threshold_shedder_percentage": 1,
+                "history_resource_percentage": 0, "bundle_unload_min_throughput_threshold": 0,
+                "cpu_resource_weight": 1, "direct_memory_resource_weight": 0,
+                "bandwidth_in_resource_weight": 0, "bandwidth_out_resource_weight": 0}
 
 
 def test_our_threshold_verdict_names_the_bundles_the_leader_unloads(
         cgroup_cluster: ApacheCluster) -> None:
     cluster = cgroup_cluster
     busy = cluster.brokers[0]
-    ns = namespace(cluster, "thr", bundles=4)
-    topics = {name: f"persistent://{ns}/{name}" for name in RATES}
-    for topic in topics.values():
-        busy.create_subscription(topic, "s")
-    bundles = {name: cluster.bundle_of(topic) for name, topic in topics.items()}
-    assert len(set(bundles.values())) == 2, f"both topics hash to one bundle: {bundles}"
-    for name, topic in topics.items():
-        if cluster.owner(topic) != busy.broker_id:
-            unload(cluster, topic, bundles[name], busy.broker_id)
-    assert {cluster.owner(t) for t in topics.values()} == {busy.broker_id}
+    ns, topics, bundles = traffic_on(cluster, busy, "thr", RATES)
 
     stop = threading.Event()
     producers = [threading.Thread(target=produce_at, args=(busy, topics[n], rate, stop),
                                   kwargs={"size": SIZE}) for n, rate in RATES.items()]
-    exporter = _exporter(cluster)
+    exporter = load_exporter(cluster, LOAD_MANAGER, "shedding-threshold.yaml")
     verdicts: list[tuple[float, set[str], dict[str, float]]] = []
 
     def cycle() -> None:

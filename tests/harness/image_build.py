@@ -209,15 +209,23 @@ def _fresh(directory: Path) -> Path:
     return directory
 
 
+def _step(kind: str, key: str) -> tuple[Path, bool]:
+    """A build step's cache directory for `key`, and whether the step completed there (an
+    incomplete one is emptied, and the step's stale directories removed)."""
+    work = CACHE / f"{kind}-{key}"
+    if (work / "complete").exists():
+        return work, True
+    return _fresh(work), False
+
+
 def base_root(seconds: dict[str, float]) -> Path:
     """Step 1: debootstrap, the packages, the cuts."""
     key = _digest(PACKAGES, PRUNE, extra=f"{SUITE} {MIRROR}")
-    work = CACHE / f"base-{key}"
-    root = work / "root"
-    if (work / "complete").exists():
-        return root
     started = time.monotonic()
-    _fresh(work)
+    work, done = _step("base", key)
+    root = work / "root"
+    if done:
+        return root
     log = work / "build.log"
     _run(["debootstrap", "--variant=minbase", SUITE, str(root), MIRROR], log)
     shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
@@ -238,12 +246,11 @@ def image_root(config: ImageConfig, seconds: dict[str, float]) -> Path:
     """Step 2: the base plus the package and Spark's class-data archive."""
     base = base_root(seconds)
     key = _digest(PRUNE_VENV, *(ROOT / p for p in WHEEL_INPUTS), extra=base.parent.name)
-    work = CACHE / f"root-{key}"
-    root = work / "root"
-    if (work / "complete").exists():
-        return root
     started = time.monotonic()
-    _fresh(work)
+    work, done = _step("root", key)
+    root = work / "root"
+    if done:
+        return root
     log = work / "build.log"
     _run(["cp", "-a", "--reflink=auto", str(base), str(root)], log)
     wheels = root / "wheels"
@@ -262,10 +269,8 @@ def image_root(config: ImageConfig, seconds: dict[str, float]) -> Path:
     shutil.rmtree(wheels)
     seconds["package"] = time.monotonic() - started
     started = time.monotonic()
-    _in_root(root, 'path=$(python -c "from exporter.pipeline.spark.jvmarchive import archive_path; '
-             'print(archive_path())") && mkdir -p "$(dirname "$path")" && '
-             'python -m exporter.pipeline.spark.archivemake "$path" && rm -rf /tmp/* && '
-             'test -s "$path"', log, config.env_dict())
+    _in_root(root, "python -m exporter.pipeline.spark.archivemake && rm -rf /tmp/*", log,
+             config.env_dict())
     seconds["jvm_archive"] = time.monotonic() - started
     (work / "complete").touch()
     return root

@@ -1,6 +1,7 @@
 """Making the class-data archive (pipeline/spark/jvmarchive.py says what it is and where it
 lives): after the exporter's first cycle, a child process (`python -m
-exporter.pipeline.spark.archivemake PATH`, at the lowest CPU priority) starts a context of
+exporter.pipeline.spark.archivemake PATH`, at the lowest CPU priority; an image build runs
+it without PATH) starts a context of
 its own with `-XX:ArchiveClassesAtExit`, runs the kind of job a cycle runs and stops; a
 second child starts a JVM from the result (`--verify`) before it is adopted. Apart from
 jvmarchive.py because it starts Spark (session.py), which itself reads the archive."""
@@ -99,12 +100,16 @@ def verify(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--verify":
+    # `archivemake [PATH]` (PATH: this install's `archive_path()`, as an image build makes
+    # it) exits 1 when no usable archive resulted; `archivemake --verify PATH`.
+    if sys.argv[1:2] == ["--verify"]:
         verify(Path(sys.argv[2]))
         sys.exit(0)
-    target = Path(sys.argv[1])
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else jvmarchive.archive_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         make(target)
     finally:
         for leftover in target.parent.glob(target.name + ".*.tmp"):
             leftover.unlink(missing_ok=True)
+    sys.exit(0 if jvmarchive.usable(target) else 1)
