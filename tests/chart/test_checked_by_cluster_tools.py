@@ -3,7 +3,9 @@ have: promtool 3 (`check rules --lint=all --lint-fatal`, `test rules`), cloudfla
 (its offline checks), and prometheus-operator's own CRD schemas for the ServiceMonitor and
 PrometheusRule the chart renders. All three come from the Go module proxy
 (tests/harness/go_tools.py, run by ./dev test); each is also shown refusing a broken input,
-so a pass means something.
+so a pass means something. The VictoriaMetrics operator's schemas for the VMServiceScrape and
+VMRule are kept in tests/chart/crds/ (the proxy refuses its modules), and no field of any of
+these resources is one the API server would prune.
 """
 
 from __future__ import annotations
@@ -126,6 +128,40 @@ def test_the_charts_custom_resources_match_the_operators_schema(
     assert _errors(_schema(tools, plural), doc) == []
 
 
+def pruned(schema: dict[str, Any], doc: Any, path: str = "") -> list[str]:
+    """Fields the API server would drop without a word: a structural schema prunes every key
+    its `properties` do not name (unless it keeps unknown fields), so a misspelt key
+    validates and is lost; jsonschema alone never says so."""
+    if isinstance(doc, dict) and schema.get("type") == "object":
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return []
+        known = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        found = []
+        for key, value in doc.items():
+            where = f"{path}.{key}" if path else key
+            if not path and key in ("apiVersion", "kind", "metadata"):
+                continue  # the API server's own, whatever the CRD says of them
+            if key in known:
+                found += pruned(known[key], value, where)
+            elif isinstance(extra, dict):
+                found += pruned(extra, value, where)
+            else:
+                found.append(where)
+        return found
+    if isinstance(doc, list) and isinstance(schema.get("items"), dict):
+        return [f for i, item in enumerate(doc)
+                for f in pruned(schema["items"], item, f"{path}.{i}")]
+    return []
+
+
+@pytest.mark.parametrize(("kind", "plural"), [("ServiceMonitor", "servicemonitors"),
+                                              ("PrometheusRule", "prometheusrules")])
+def test_no_field_of_the_charts_custom_resources_is_pruned(tools: Path, kind: str,
+                                                          plural: str) -> None:
+    assert pruned(_schema(tools, plural), one(render(ALL_ON), kind)) == []
+
+
 def test_the_operators_schema_refuses_what_the_operator_would(tools: Path) -> None:
     monitor = copy.deepcopy(one(render(ALL_ON), "ServiceMonitor"))
     monitor["spec"]["endpoints"][0]["interval"] = "30 seconds"  # not a Prometheus duration
@@ -133,3 +169,40 @@ def test_the_operators_schema_refuses_what_the_operator_would(tools: Path) -> No
     found = _errors(_schema(tools, "servicemonitors"), monitor)
     assert any(e.startswith("spec.endpoints.0.interval:") for e in found), found
     assert any(e.startswith("spec.endpoints.0.scheme:") for e in found), found
+
+
+# --- VictoriaMetrics operator's CRD schemas --------------------------------------------------
+
+VM_CRDS = ROOT / "tests" / "chart" / "crds" / "victoriametrics-operator.yaml"
+
+
+def _vm_schema(kind: str) -> dict[str, Any]:
+    (crd,) = [d for d in yaml.safe_load_all(VM_CRDS.read_text())
+              if d["spec"]["names"]["kind"] == kind]
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+    return served["schema"]["openAPIV3Schema"]
+
+
+VM_ON = {"victoriaMetrics": {"serviceScrape": {"enabled": True}, "rule": {"enabled": True}}}
+
+
+@pytest.mark.parametrize("kind", ["VMServiceScrape", "VMRule"])
+@pytest.mark.parametrize("values", [VM_ON, ALL_ON], ids=["enabled-only", "all-on"])
+def test_the_charts_victoria_metrics_resources_match_the_operators_schema(
+        kind: str, values: dict[str, Any]) -> None:
+    doc = one(render(values), kind)
+    assert doc["apiVersion"] == "operator.victoriametrics.com/v1beta1"
+    schema = _vm_schema(kind)
+    assert _errors(schema, doc) == []
+    assert pruned(schema, doc) == []
+
+
+def test_the_victoria_metrics_schema_prunes_prometheus_operators_spelling() -> None:
+    """The one difference between a VMServiceScrape and its ServiceMonitor twin: written the
+    ServiceMonitor's way, the relabelling would be valid and silently dropped."""
+    scrape = copy.deepcopy(one(render(ALL_ON), "VMServiceScrape"))
+    endpoint = scrape["spec"]["endpoints"][0]
+    endpoint["relabelings"] = endpoint.pop("relabelConfigs")
+    schema = _vm_schema("VMServiceScrape")
+    assert _errors(schema, scrape) == []
+    assert pruned(schema, scrape) == ["spec.endpoints.0.relabelings"]
