@@ -3,7 +3,7 @@ needs looking at, not with the topics there are.
 
 A topic's stats (`GET …/{topic}/stats`) add to the brokers' /metrics what only matters for
 a topic over, or maybe over, a quota: which subscription holds the oldest message
-(PIP-323), each subscription's backlog bytes, the precise age where the broker prints no
+(PIP-323), each subscription's backlog bytes, the broker's measured age where it prints no
 age gauge (brokers before 3.2, or before its first backlog-quota check of a topic). Two
 more reasons to read them are Pulsar's own: a stats request loads an unloaded topic on its
 owner (`BrokerService.getTopic` creates it on demand), and only a loaded topic is on any

@@ -1,4 +1,5 @@
-"""Apache Pulsar admin REST v2: topic stats (precise backlog age), bundles and their owners.
+"""Apache Pulsar admin REST v2: topic stats (the age its backlog-quota check measured), bundles
+and their owners.
 
 The broker's /metrics lacks what only the admin API has: `oldestBacklogMessageAgeSeconds`
 (PIP-323, brokers >= 3.2) and bundle boundaries and ownership. One fetch walks

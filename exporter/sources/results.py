@@ -63,7 +63,7 @@ class SubscriptionStats:
 
 @dataclass(frozen=True)
 class TopicStats:
-    """Admin REST view of one topic; precise backlog age where the broker reports it (>= 3.2)."""
+    """Admin REST view of one topic; the backlog age the broker's check measured (>= 3.2)."""
 
     topic: str  # persistent://tenant/ns/topic
     backlog_size: int | None

@@ -206,11 +206,11 @@ def test_a_produce_role_holds_the_lease_and_its_evictions_are_forbidden(
     exporter = _exporter(authorized, reader, namespace, f"persistent://{namespace}/lock",
                          "reader")
     try:
-        # the age is precise once the broker's quota check has measured it (2 s here)
+        # the age is the admin REST's once the broker's quota check has measured it (2 s)
         report = poll(lambda: (r := exporter.cycle()) and (_metrics(r).value(
             FAILED, reason="forbidden") or 0) >= 2 and _status(r, topic)[
-            "backlog_age_source"] == "precise" and r,
-            "refused evictions and the precise age", timeout=60, interval=0.5)
+            "backlog_age_source"] == "admin" and r,
+            "refused evictions and the admin REST's age", timeout=60, interval=0.5)
     finally:
         exporter.close()
     metrics = _metrics(report)

@@ -64,7 +64,7 @@ def _state(broker: ApachePulsar, topic: str, namespace: str) -> TopicBacklogStat
             name, sub["msgBacklog"], sub["backlogSize"],
             sub["earliestMsgPublishTimeInBacklog"] / 1000
             if sub.get("earliestMsgPublishTimeInBacklog", 0) > 0 else None,
-            TimeSource.PRECISE)
+            TimeSource.ADMIN)
         for name, sub in sorted(stats["subscriptions"].items()))
     return TopicBacklogState(topic, namespace, subs)
 

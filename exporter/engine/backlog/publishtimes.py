@@ -36,8 +36,8 @@ from exporter.sources.results import TopicStats
 
 # A subscription's time source, as a code: the index into SOURCES.
 SOURCES = (TimeSource.ESTIMATED, TimeSource.LOWER_BOUND, TimeSource.BROKER,
-           TimeSource.PRECISE)
-ESTIMATED, LOWER_BOUND, BROKER, PRECISE = range(len(SOURCES))
+           TimeSource.ADMIN)
+ESTIMATED, LOWER_BOUND, BROKER, ADMIN = range(len(SOURCES))
 _ROWS = 1 << 15  # topic rows whose first subscription `first_per_row` finds at once
 Key = Callable[[slice], np.ndarray]  # a key's values of the items in a slice
 
@@ -172,14 +172,14 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     row, starts = grouped.row, grouped.starts
     ours = (row >= 0) & checked[np.maximum(row, 0)]
     publish, source = grouped.publish, grouped.source
-    # The admin REST's topic-level oldest (precise) takes the gauge's place.
-    precise = {r: (view.oldest_backlog_message_subscription,
-                   admin_at - view.oldest_backlog_message_age_seconds)
-               for r, view in stats.items()
-               if view.oldest_backlog_message_age_seconds is not None
-               and view.oldest_backlog_message_subscription is not None}
+    # The admin REST's topic-level oldest takes the gauge's place: its subscription is named.
+    oldest = {r: (view.oldest_backlog_message_subscription,
+                  admin_at - view.oldest_backlog_message_age_seconds)
+              for r, view in stats.items()
+              if view.oldest_backlog_message_age_seconds is not None
+              and view.oldest_backlog_message_subscription is not None}
     gauged = ~np.isnan(gauge)
-    gauged[list(precise)] = False
+    gauged[list(oldest)] = False
     # The gauge goes to the largest backlog (then the first name); no estimate is older.
     slowest = first_per_row(starts, ours & (backlogs > 0) & gauged[row],
                             (lambda at: -backlogs[at], lambda at: grouped.name_rank[at]))
@@ -188,10 +188,10 @@ def publish_times(grouped: Subscriptions, topics: Sequence[str], checked: np.nda
     publish[under] = np.maximum(publish[under], now - gauge[row[under]])
     source[under] = ESTIMATED
     publish[slowest[has]], source[slowest[has]] = now - gauge[has], BROKER
-    for r, (name, at) in precise.items():
+    for r, (name, at) in oldest.items():
         for j, named in grouped.of_row(r):
             if named == name:
-                publish[j], source[j] = at, PRECISE
+                publish[j], source[j] = at, ADMIN
     own = ours & np.isfinite(printed) & (printed >= 0)
     publish[own], source[own] = now - printed[own], BROKER
     sizes = _admin_subscriptions(grouped, stats, admin_at, publish, source)
@@ -224,7 +224,7 @@ def _admin_subscriptions(grouped: Subscriptions, stats: Mapping[int, TopicStats]
                 sizes[j] = sub.backlog_size
             if sub.oldest_backlog_message_age_seconds is not None:
                 publish[j] = admin_at - sub.oldest_backlog_message_age_seconds
-                source[j] = PRECISE
+                source[j] = ADMIN
     return sizes
 
 
