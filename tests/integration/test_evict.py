@@ -1,14 +1,13 @@
-"""Evictions against a real pulsar-lite broker (binary protocol) and an admin REST recorder."""
+"""Evictions against a real pulsar-lite broker (binary protocol) and a stand-in admin REST
+(tests/harness/admin_standin.py) that records what the admin evictor asks."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pulsar
@@ -30,7 +29,7 @@ from exporter.actions.orders import (
     Skipped,
 )
 from exporter.config.settings import AdminSource, BrokerSource, Config, Sources
-from tests.harness.loopback import LoopbackHTTP
+from tests.harness.admin_standin import AdminStandIn
 from tests.harness.pulsar import PulsarLite, pulsar_lite_fixture
 
 pulsar_lite = pulsar_lite_fixture()
@@ -238,20 +237,7 @@ def test_cutoff_ms_keeps_exactly_what_is_not_before_the_cut(before: float, offse
         assert (publish_ms < cut) == (publish_ms < Fraction(before) * 1000)
 
 
-# --- admin REST, against a recorder -------------------------------------------------------------
-
-
-@dataclass
-class AdminRecorder:
-    """Stands in for Apache Pulsar's admin REST: replays scripted answers, records requests."""
-
-    routes: dict[str, tuple[int, object, float]] = field(default_factory=dict)
-    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
-    url: str = ""
-
-    def answer(self, method: str, path: str, status: int = 204, body: object = None,
-               delay: float = 0.0) -> None:
-        self.routes[f"{method} {path}"] = (status, body, delay)
+# --- admin REST, against a stand-in that records ---------------------------------------------
 
 
 def _stats(subscription: str, *, backlog: int = 200, kind: str = "Shared", consumers: int = 0,
@@ -267,33 +253,9 @@ def _stats(subscription: str, *, backlog: int = 200, kind: str = "Shared", consu
 
 
 @pytest.fixture
-def recorder() -> Iterator[AdminRecorder]:
-    rec = AdminRecorder()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            rec.requests.append((self.command, self.path, self.headers.get("Authorization")))
-            status, body, delay = rec.routes.get(
-                f"{self.command} {self.path}", (404, {"reason": "Topic not found"}, 0.0))
-            time.sleep(delay)
-            payload = b"" if body is None else json.dumps(body).encode()
-            self.send_response(status)
-            if status in (307, 308):
-                self.send_header("Location", str(body))
-                payload = b""
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_GET = do_POST = _serve
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    with LoopbackHTTP(Handler) as server:
-        rec.url = server.url
-        yield rec
+def recorder() -> Iterator[AdminStandIn]:
+    with AdminStandIn() as standin:
+        yield standin
 
 
 TOPIC = "persistent://my-tenant/my-ns/orders v2"
@@ -301,7 +263,7 @@ BASE = "/admin/v2/persistent/my-tenant/my-ns/orders%20v2"
 STATS = f"{BASE}/stats?getEarliestTimeInBacklog=true&subscriptionBacklogSize=true"
 
 
-def test_admin_time_order_expires_with_the_token(recorder: AdminRecorder,
+def test_admin_time_order_expires_with_the_token(recorder: AdminStandIn,
                                                   tmp_path: Path) -> None:
     """The cut-off is 30.2 s ago on the evictor's clock: expire what is older than 31 s
     (rounded up, so nothing newer than the cut-off goes)."""
@@ -323,7 +285,7 @@ def test_admin_time_order_expires_with_the_token(recorder: AdminRecorder,
 @pytest.mark.parametrize(("consumers", "expected"), [
     (2, (Skipped, EvictionFailure.CONSUMER_CONNECTED)),
     (0, (EvictionFailed, EvictionFailure.BROKER_ERROR))])
-def test_admin_expiry_refused_by_the_broker(recorder: AdminRecorder, consumers: int,
+def test_admin_expiry_refused_by_the_broker(recorder: AdminStandIn, consumers: int,
                                             expected: tuple) -> None:
     """409: with consumers connected, PersistentSubscription.expireMessages' guard (backlog
     under 1,000 entries, oldest younger than 1.5 × s): retried next cycle; without, an
@@ -338,7 +300,7 @@ def test_admin_expiry_refused_by_the_broker(recorder: AdminRecorder, consumers: 
     assert [m for m, _, _ in recorder.requests] == ["GET", "POST"]
 
 
-def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminRecorder) -> None:
+def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminStandIn) -> None:
     owner = f"{BASE}/subscription/s/skip/30?authoritative=true"
     recorder.answer("GET", STATS, 200, _stats("s", backlog=30, consumers=2))
     recorder.answer("POST", f"{BASE}/subscription/s/skip/30", 307, recorder.url + owner)
@@ -362,7 +324,7 @@ def test_admin_size_order_skips_and_follows_a_redirect(recorder: AdminRecorder) 
      (Skipped, EvictionFailure.STALE_SIZE)),  # the topic's 40,000 bytes: at the target
     ({"subscriptions": "garbage"}, {"messages": 5}, (EvictionFailed, EvictionFailure.OTHER)),
 ])
-def test_admin_decides_before_posting(recorder: AdminRecorder, stats: dict | None,
+def test_admin_decides_before_posting(recorder: AdminStandIn, stats: dict | None,
                                       order_kwargs: dict, expected: tuple) -> None:
     if stats is not None:
         recorder.answer("GET", STATS, 200, stats)
@@ -376,7 +338,7 @@ def test_admin_decides_before_posting(recorder: AdminRecorder, stats: dict | Non
     (500, EvictionFailure.BROKER_ERROR), (412, EvictionFailure.BROKER_ERROR),
     (401, EvictionFailure.FORBIDDEN), (403, EvictionFailure.FORBIDDEN),
     (404, EvictionFailure.NOT_FOUND)])
-def test_admin_post_errors_map_to_reasons(recorder: AdminRecorder, status: int,
+def test_admin_post_errors_map_to_reasons(recorder: AdminStandIn, status: int,
                                           reason: EvictionFailure) -> None:
     recorder.answer("GET", STATS, 200, _stats("s", earliest=None))
     recorder.answer("POST", f"{BASE}/subscription/s/expireMessages/1", status,
@@ -386,7 +348,7 @@ def test_admin_post_errors_map_to_reasons(recorder: AdminRecorder, status: int,
     assert (type(result), result.reason) == (EvictionFailed, reason)
 
 
-def test_admin_timeout_and_refusal_are_reasons(recorder: AdminRecorder) -> None:
+def test_admin_timeout_and_refusal_are_reasons(recorder: AdminStandIn) -> None:
     recorder.answer("GET", STATS, 200, _stats("s"), delay=2.0)  # would be Performed if waited for
     order = EvictionOrder(TOPIC, "s", "size", messages=1)
     (slow,) = AdminEvictor(AdminSource(recorder.url, timeout=0.3)).perform([order])
@@ -396,7 +358,7 @@ def test_admin_timeout_and_refusal_are_reasons(recorder: AdminRecorder) -> None:
 
 
 @pytest.mark.parametrize("content", [None, "  \n"], ids=["absent", "empty"])
-def test_admin_unusable_token_file_is_other(recorder: AdminRecorder, tmp_path: Path,
+def test_admin_unusable_token_file_is_other(recorder: AdminStandIn, tmp_path: Path,
                                             content: str | None) -> None:
     token = tmp_path / "token"
     if content is not None:
@@ -408,7 +370,7 @@ def test_admin_unusable_token_file_is_other(recorder: AdminRecorder, tmp_path: P
     assert recorder.requests == []
 
 
-def test_admin_ignores_proxies_from_the_environment(recorder: AdminRecorder,
+def test_admin_ignores_proxies_from_the_environment(recorder: AdminStandIn,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The admin URL is the cluster's own: a proxy meant for the outside must not carry the
     token, nor stand between the exporter and its brokers (the admin source, too)."""
@@ -457,7 +419,7 @@ def test_the_size_cut_is_made_again_from_the_brokers_stats(
 
 
 def test_a_backlog_that_shrank_since_the_cycle_is_cut_from_the_fresh_stats(
-        recorder: AdminRecorder) -> None:
+        recorder: AdminStandIn) -> None:
     """The cycle saw 60 messages (12,000 B) and ordered 38 skipped; the stats now say 40
     messages, 8,000 B for the subscription (its own `backlogSize`): 17 are skipped."""
     stats = _stats("s", backlog=40)

@@ -1,16 +1,15 @@
 """Where the admin client's credentials may go: Pulsar's 307 to an owner broker is followed
 with the token (same host, or a broker the cluster lists), a redirect to any other host or
 from https to http is refused before a byte is sent there. The servers are stand-ins that
-script an admin REST's answers on loopback addresses (127.0.0.2 plays a foreign host); the
-real broker's 307 is followed in tests/cluster/test_owners.py."""
+script an admin REST's answers on loopback addresses (tests/harness/admin_standin.py;
+127.0.0.2 plays a foreign host); the real broker's 307 is followed in
+tests/cluster/test_owners.py."""
 
 from __future__ import annotations
 
 import json
 import ssl
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from exporter.actions.admin import AdminEvictor
 from exporter.actions.orders import EvictionFailed, EvictionOrder, Performed
 from exporter.adminhttp import AdminHttp, RedirectRefused
 from exporter.config.settings import AdminSource
+from tests.harness.admin_standin import AdminStandIn
 from tests.harness.certs import ScratchCA
 
 TOPIC = "persistent://t/ns/x"
@@ -28,82 +28,41 @@ SKIP = "/admin/v2/persistent/t/ns/x/subscription/s/skip/2"
 STATS_DOC = {"backlogSize": 100, "subscriptions": {"s": {"msgBacklog": 10, "consumers": []}}}
 
 
-class ScriptedAdmin:
-    """A stand-in admin REST on `host`: answers each `METHOD path` as scripted (a `str`
-    body is a 307's Location), records (method, path, Authorization) of every request."""
-
-    def __init__(self, host: str = "127.0.0.1", context: ssl.SSLContext | None = None):
-        self.routes: dict[str, tuple[int, object]] = {}
-        self.requests: list[tuple[str, str, str | None]] = []
-        script = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                script.requests.append((self.command, self.path,
-                                        self.headers.get("Authorization")))
-                status, body = script.routes.get(f"{self.command} {self.path}", (404, {}))
-                self.send_response(status)
-                payload = b""
-                if status in (307, 308):
-                    self.send_header("Location", str(body))
-                elif body is not None:
-                    payload = json.dumps(body).encode()
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = _serve
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer((host, 0), Handler)
-        self.httpd.daemon_threads = True
-        if context is not None:
-            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
-        scheme = "https" if context is not None else "http"
-        self.url = f"{scheme}://{host}:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
-def servers() -> Iterator[list[ScriptedAdmin]]:
-    made: list[ScriptedAdmin] = []
+def servers() -> Iterator[list[AdminStandIn]]:
+    made: list[AdminStandIn] = []
     yield made
     for server in made:
         server.stop()
 
 
-def _server(servers: list[ScriptedAdmin], *args: object) -> ScriptedAdmin:
-    server = ScriptedAdmin(*args)  # type: ignore[arg-type]
+def _server(servers: list[AdminStandIn], host: str,
+            context: ssl.SSLContext | None = None) -> AdminStandIn:
+    server = AdminStandIn(host, context).start()
     servers.append(server)
     return server
 
 
-def _owner(servers: list[ScriptedAdmin], host: str) -> ScriptedAdmin:
+def _owner(servers: list[AdminStandIn], host: str) -> AdminStandIn:
     owner = _server(servers, host)
-    owner.routes[f"GET {STATS}"] = (200, STATS_DOC)
-    owner.routes[f"POST {SKIP}"] = (204, None)
+    owner.answer("GET", STATS, 200, STATS_DOC)
+    owner.answer("POST", SKIP, 204)
     return owner
 
 
-def _redirecting(servers: list[ScriptedAdmin], owner: ScriptedAdmin) -> ScriptedAdmin:
+def _redirecting(servers: list[AdminStandIn], owner: AdminStandIn) -> AdminStandIn:
     """An admin URL on 127.0.0.1 answering both calls with a 307 to `owner`, as a broker
     that does not own the topic answers."""
     admin = _server(servers, "127.0.0.1")
-    admin.routes[f"GET {STATS}"] = (307, owner.url + STATS)
-    admin.routes[f"POST {SKIP}"] = (307, owner.url + SKIP)
+    admin.answer("GET", STATS, 307, owner.url + STATS)
+    admin.answer("POST", SKIP, 307, owner.url + SKIP)
     return admin
 
 
 OWNER_SAW = [("GET", STATS, "Bearer the-token"), ("POST", SKIP, "Bearer the-token")]
 
 
-def _evict(admin: ScriptedAdmin, token: Path) -> object:
+def _evict(admin: AdminStandIn, token: Path) -> object:
     (result,) = AdminEvictor(AdminSource(admin.url, token_file=str(token))).perform(
         [EvictionOrder(TOPIC, "s", "size", messages=2)])
     return result
@@ -127,7 +86,7 @@ def test_a_307_to_another_port_of_the_admin_host_carries_the_token(servers, toke
 def test_a_307_to_a_foreign_host_is_refused_before_it_is_reached(servers, token) -> None:
     foreign = _owner(servers, "127.0.0.2")
     admin = _server(servers, "127.0.0.1")
-    admin.routes[f"GET {STATS}"] = (307, foreign.url + STATS)
+    admin.answer("GET", STATS, 307, foreign.url + STATS)
     result = _evict(admin, token)
     assert isinstance(result, EvictionFailed), result
     assert "not followed" in result.detail and "127.0.0.2" in result.detail
@@ -141,9 +100,9 @@ def test_a_307_to_a_broker_the_cluster_lists_carries_the_token(servers, token) -
     among the cluster's active brokers (`host:webServicePort`, as Pulsar names them)."""
     owner = _owner(servers, "127.0.0.2")
     admin = _redirecting(servers, owner)
-    admin.routes["GET /admin/v2/clusters"] = (200, ["other", "here"])
-    admin.routes["GET /admin/v2/brokers/other"] = (307, "http://elsewhere:8080/x")
-    admin.routes["GET /admin/v2/brokers/here"] = (200, [owner.url.removeprefix("http://")])
+    admin.answer("GET", "/admin/v2/clusters", 200, ["other", "here"])
+    admin.answer("GET", "/admin/v2/brokers/other", 307, "http://elsewhere:8080/x")
+    admin.answer("GET", "/admin/v2/brokers/here", 200, [owner.url.removeprefix("http://")])
     assert isinstance(_evict(admin, token), Performed)
     assert owner.requests == OWNER_SAW
 
@@ -167,7 +126,7 @@ def test_a_redirect_from_https_to_http_is_refused(servers, token, tmp_path: Path
     context.load_cert_chain(issued.cert, issued.key)
     plain = _owner(servers, "127.0.0.1")
     admin = _server(servers, "127.0.0.1", context)
-    admin.routes[f"GET {STATS}"] = (307, plain.url + STATS)
+    admin.answer("GET", STATS, 307, plain.url + STATS)
     http = AdminHttp(AdminSource(admin.url, token_file=str(token), ca_file=str(ca.cert)))
     with pytest.raises(RedirectRefused, match="downgrade from https to http"):
         http.call("GET", STATS)
