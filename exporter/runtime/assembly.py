@@ -26,7 +26,7 @@ from exporter.config.settings import Config, PolicySource
 from exporter.engine.decide import Decider
 from exporter.engine.groups.brokersplits import BrokerSplits, Counts, Entry, Report, java_long
 from exporter.pipeline.tables import BrokerSide
-from exporter.server.http import PublishedState
+from exporter.server.published import PublishedState
 from exporter.sources.adminside import AdminSide, SnapshotSource
 from exporter.sources.brokerreports import BrokerReports, ReceivedReport
 from exporter.sources.brokerreports import broker_reports_for as reports_reader

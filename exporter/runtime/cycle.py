@@ -42,7 +42,7 @@ from exporter.runtime.assembly import (
     splits_report,
 )
 from exporter.runtime.exchange import UsageExchange, from_wire, with_exchange
-from exporter.server.http import PublishedState
+from exporter.server.published import PublishedState
 from exporter.sources.brokerreports import BrokerReports, BrokerReportsView
 from exporter.sources.results import Snapshot
 from exporter.transport.codec import WireReport

@@ -101,6 +101,22 @@ class Connections:
         with self._lock:
             self._entries.pop(self._aliases.pop(accepted, accepted), None)
 
+    def close_all(self, timeout: float) -> None:
+        """At shutdown, the listener closed: cut every open connection (a kept-alive one
+        would idle on for `idle_timeout`) and wait up to `timeout` for their threads to leave.
+        One cut at eviction already is no longer counted here: its thread is on its way out."""
+        with self._lock:
+            open_now = [entry.sock for entry in self._entries.values()]
+        for sock in open_now:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._entries:
+                    return
+            time.sleep(0.01)
+
 
 class _HeadReader(io.RawIOBase):
     """The socket as the handler reads it, with the deadlines for the request head."""

@@ -37,7 +37,8 @@ import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 
 from exporter.exposition.render import render
-from exporter.server.http import PublishedState, build_server
+from exporter.server.http import build_server
+from exporter.server.published import PublishedState
 from tests.bench.scrape_latency import PER_TOPIC, Prebuilt, build_set
 from tests.harness.process import ManagedProcess, require_binary
 from tests.harness.prometheus import Prometheus

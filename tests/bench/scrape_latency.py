@@ -27,7 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from exporter.catalogue import MetricType
 from exporter.exposition.metricset import MetricSet, MetricSetBuilder
 from exporter.exposition.render import render
-from exporter.server.http import GZIP_LEVEL, PublishedState, build_server
+from exporter.server.http import build_server
+from exporter.server.published import GZIP_LEVEL, PublishedState
 
 PER_TOPIC = (  # 5 series per topic, like a backlog-quota cycle
     "pulsar_storage_backlog_age_seconds",

@@ -11,7 +11,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from exporter.exposition.negotiation import prefers_openmetrics
 from exporter.exposition.render import OPENMETRICS_CONTENT_TYPE, openmetrics
-from exporter.server.http import PublishedState, build_server
+from exporter.server.http import build_server
+from exporter.server.published import PublishedState
 from tests.unit.test_cycle import body, exporter_for
 from tests.unit.test_server import request
 

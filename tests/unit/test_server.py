@@ -25,12 +25,12 @@ from exporter.demo.embedded import free_port
 from exporter.exposition.render import CONTENT_TYPE
 from exporter.server.http import (
     ListenError,
-    PublishedState,
     accepts_gzip,
     build_server,
     listened,
     parse_listen,
 )
+from exporter.server.published import PublishedState
 from exporter.server.webconfig import (
     AuthOutcome,
     BasicAuth,

@@ -17,8 +17,9 @@ import pytest
 
 from exporter.cli import _limits, _parser
 from exporter.config.settings import Exposition, Tls
-from exporter.server.http import PublishedState, build_server, check_metrics_path
+from exporter.server.http import build_server, check_metrics_path
 from exporter.server.limits import Limits
+from exporter.server.published import PublishedState
 from exporter.server.webconfig import load_web_config
 from tests.harness.wait import poll
 from tests.unit.test_server import client_context, make_cert
@@ -374,3 +375,33 @@ def test_over_tls_a_trickled_head_is_cut_and_a_full_cap_cuts_the_longest_waiting
     finally:
         srv.shutdown()
         capped.shutdown()
+
+
+def test_over_tls_a_stalled_handshake_is_cut_by_the_cap_and_at_shutdown(
+        state, tmp_path, openssl):
+    """A client that connects and never sends its ClientHello holds a connection in the
+    handshake (10 s at most): the tracker knows the TLS socket from the start, so a full cap
+    and the shutdown cut it at once, where they used to leave it for the whole 10 s."""
+    cert, key = make_cert(openssl, tmp_path, "stalled")
+    web = load_web_config(Exposition(tls=Tls(str(cert), str(key))))
+    srv = build_server("127.0.0.1:0", state, web, Limits(max_connections=2)).start()
+    ctx = client_context(cert)
+    stalled = [socket.create_connection(srv.address, timeout=5) for _ in range(2)]
+    try:
+        time.sleep(0.2)  # both accepted and in their handshake
+        third = ctx.wrap_socket(socket.create_connection(srv.address, timeout=5),
+                                server_hostname="127.0.0.1")  # cuts the longest waiting
+        stalled[0].settimeout(3)  # well within the 10 s handshake timeout
+        assert stalled[0].recv(1) == b""
+        third.sendall(HEAD)
+        assert third.recv(64).startswith(b"HTTP/1.1 200 ")
+        third.close()
+        t0 = time.monotonic()
+        srv.shutdown()
+        stalled[1].settimeout(3)
+        assert stalled[1].recv(1) == b""
+        assert time.monotonic() - t0 < 3
+    finally:
+        for s in stalled:
+            s.close()
+        srv.shutdown()

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from exporter import cli
-from exporter.server.http import PublishedState, build_server
+from exporter.server.http import build_server
+from exporter.server.published import PublishedState
 from exporter.server.toolkit import WebConfigFile, load_file
 from exporter.server.webconfig import RateLimit, TokenBucket, WebConfigError
 from tests.harness.certs import ScratchCA
