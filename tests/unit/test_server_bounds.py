@@ -198,12 +198,15 @@ def test_requests_in_flight_beyond_the_cap_get_503_at_once(cap):
             w.start()
         assert entered.wait(10)
         if cap:
-            # once the three hold every slot, a scrape gets 503 at once; health probes do not count
-            poll(lambda: get(srv, timeout=2)[0], "a 503", timeout=5, interval=0.05,
-                 until=lambda code: code == 503)
-            # The three hold their slots until released below: a server that queued the scrape
-            # would answer it only then, so the 503 arriving at all is "at once" (no timing
-            # band here: one failed on a loaded machine).
+            # Wait, without a request of our own, until the three hold every slot (a scrape
+            # sent meanwhile could take the third's, which then gets the 503 and holds none).
+            gate = srv._httpd.in_flight
+            poll(lambda: gate._value == 0, "the three holding every slot", timeout=10,
+                 interval=0.01)
+            # Then a scrape gets 503 at once; health probes do not count. The three hold their
+            # slots until released below: a server that queued the scrape would answer it only
+            # then, so the 503 arriving at all is "at once" (no timing band: one failed on a
+            # loaded machine).
             status, body = get(srv, timeout=5)
             assert status == 503 and b"limit of concurrent requests reached (3)" in body
             assert not release.is_set()
