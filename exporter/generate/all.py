@@ -1,5 +1,6 @@
 """Regenerate every committed artefact derived from the catalogue, or check they are current:
-docs/metrics.md, RUNBOOK.md, the dashboards, the alert rules and the chart's copies of them."""
+docs/metrics.md, RUNBOOK.md, the dashboards, the alert rules, the chart's copies of them and
+the monitoring mixin that imports them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from exporter.generate import alerts, dashboards, helm, metrics, runbooks
+from exporter.generate import alerts, dashboards, helm, metrics, mixin, runbooks
 from exporter.generate.checkout import ROOT, NotACheckout, checkout, fresh
 from exporter.generate.thresholds import DEFAULT, Thresholds
 
@@ -21,6 +22,7 @@ def outputs(root: Path = ROOT) -> dict[Path, Callable[[str], str]]:
         **dashboards.outputs(root),
         **alerts.outputs(root),
         **helm.outputs(root),
+        **mixin.outputs(root),
     }
 
 

@@ -1,7 +1,8 @@
 """Tools the tests take from the Go module proxy, as the clusters that run our chart and rules
 have them: promtool 3 (Prometheus v3.16, module v0.316.0; Debian's is 2.42), cloudflare's
-`pint` rule linter, prometheus-operator's CRD schemas (ServiceMonitor, PrometheusRule), and
-`pss`, our few lines over Kubernetes' pod-security admission library (tests/tools/pss/).
+`pint` rule linter, prometheus-operator's CRD schemas (ServiceMonitor, PrometheusRule),
+`pss`, our few lines over Kubernetes' pod-security admission library (tests/tools/pss/), and
+go-jsonnet's `jsonnet`, which evaluates the monitoring mixin (mixin.libsonnet).
 
 Everything goes under `.cache/go/` at the repository root (its own module, build and bin
 directories, so a machine's Go caches are neither used nor filled). `./dev test` runs
@@ -33,6 +34,8 @@ PINT = "github.com/cloudflare/pint"
 PINT_VERSION = "v0.87.0"
 OPERATOR = "github.com/prometheus-operator/prometheus-operator"
 OPERATOR_VERSION = "v0.85.0"
+JSONNET = "github.com/google/go-jsonnet"
+JSONNET_VERSION = "v0.22.0"
 PSS_SOURCE = REPO / "tests" / "tools" / "pss"
 _MARKER = ".installed"  # written last, naming what was built
 
@@ -49,6 +52,10 @@ def pss(home: Path = HOME) -> Path:
     return home / "bin" / "pss"
 
 
+def jsonnet(home: Path = HOME) -> Path:
+    return home / "bin" / "jsonnet"
+
+
 def crd_dir(home: Path = HOME) -> Path:
     """prometheus-operator's CRDs as it ships them (its `example/prometheus-operator-crd/`)."""
     return home / "crds"
@@ -58,13 +65,15 @@ def _wanted() -> str:
     sources = hashlib.sha256(b"".join(
         (PSS_SOURCE / name).read_bytes() for name in ("go.mod", "go.sum", "main.go")))
     return " ".join((f"{PROMETHEUS}@{PROMETHEUS_VERSION}", f"{PINT}@{PINT_VERSION}",
-                     f"{OPERATOR}@{OPERATOR_VERSION}", f"pss@{sources.hexdigest()[:16]}")) + "\n"
+                     f"{OPERATOR}@{OPERATOR_VERSION}", f"{JSONNET}@{JSONNET_VERSION}",
+                     f"pss@{sources.hexdigest()[:16]}")) + "\n"
 
 
 def installed(home: Path = HOME) -> bool:
     marker = home / _MARKER
     return (marker.is_file() and marker.read_text() == _wanted()
-            and all(p.is_file() for p in (promtool3(home), pint(home), pss(home)))
+            and all(p.is_file() for p in (promtool3(home), pint(home), pss(home),
+                                          jsonnet(home)))
             and crd_dir(home).is_dir())
 
 
@@ -84,6 +93,7 @@ def install(home: Path = HOME) -> Path:
     pint_dir = _download(f"{PINT}@{PINT_VERSION}", env, home)
     _run(["go", "build", "-o", str(pint(home)), "./cmd/pint"], env, pint_dir)
     _run(["go", "build", "-o", str(pss(home)), "."], env, PSS_SOURCE)
+    _run(["go", "install", f"{JSONNET}/cmd/jsonnet@{JSONNET_VERSION}"], env, home)  # ~15 s
     shipped = _download(f"{OPERATOR}@{OPERATOR_VERSION}", env, home) / "example" / \
         "prometheus-operator-crd"
     if not shipped.is_dir():
