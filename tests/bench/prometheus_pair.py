@@ -17,7 +17,7 @@ scrape; no cycles to publish). Traffic stays on 127.0.0.1. The `prometheus` firs
 runs: Debian's 2.x, or 3.x from `go install github.com/prometheus/prometheus/cmd/prometheus`.
 
     .venv/bin/python -m tests.bench.prometheus_pair [--topics 10000,100000]
-        [--duration 60] [--interval 5] [--cycle 15]
+        [--duration 60] [--interval 5] [--cycle 15] [--scrapers 2] [--skip-client]
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ def measure(target: str, workdir: Path, args: argparse.Namespace,
             publish: Callable[[], object] | None) -> tuple[list[dict[str, float]], float]:
     """Start the pair on `target`, run the window (publishing every cycle when given),
     return each Prometheus' figures and the server's CPU seconds per second."""
-    pair = [Scraper(workdir / f"prom-{i}", target, args.interval) for i in range(2)]
+    pair = [Scraper(workdir / f"prom-{i}", target, args.interval)
+            for i in range(args.scrapers)]
     stop = threading.Event()
     publishing = [0.0]
 
@@ -148,6 +149,11 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=5.0)
     ap.add_argument("--cycle", type=float, default=15.0)
+    ap.add_argument("--scrapers", type=int, default=2,
+                    help="Prometheus servers scraping at once: 2 (an HA pair), or 1 to see "
+                         "what the twin costs on the same cores")
+    ap.add_argument("--skip-client", action="store_true",
+                    help="leave out prometheus-client's rows")
     args = ap.parse_args()
     rows = []
     for topics in (int(t) for t in args.topics.split(",")):
@@ -163,6 +169,8 @@ def main() -> None:
                 figures, cpu = measure(f"{host}:{port}", workdir / "ours", args,
                                        lambda s=state, b=body: s.publish(b, dict))
             rows.append((topics, len(ms), "ours", figures, cpu))
+            if args.skip_client:
+                continue
             registry = CollectorRegistry()
             registry.register(Prebuilt(ms))
             httpd, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
