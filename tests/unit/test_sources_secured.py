@@ -49,16 +49,14 @@ class SecuredBroker:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.http = LoopbackHTTP(Handler)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca.cert))
         context.load_cert_chain(server.cert, server.key)
         context.verify_mode = ssl.CERT_REQUIRED if mtls else ssl.CERT_NONE
-        self.http.httpd.socket = context.wrap_socket(self.http.httpd.socket, server_side=True)
-        self.http.start()
+        self.http = LoopbackHTTP(Handler, context=context).start()
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.http.port}/metrics"
+        return f"{self.http.url}/metrics"
 
 
 @pytest.fixture(scope="module")
