@@ -41,7 +41,7 @@ import pytest
 from hypothesis import settings
 
 from tests.harness.apache_pulsar import ApachePulsar, apache_pulsar_fixture
-from tests.harness.apache_pulsar_install import VERSION_OVERRIDES, VERSIONS
+from tests.harness.apache_pulsar_install import VERSION, VERSION_OVERRIDES, VERSIONS
 from tests.harness.process import require_binary
 
 TESTS = Path(__file__).resolve().parent
@@ -125,7 +125,11 @@ def apache_pulsar_of(request: pytest.FixtureRequest,
     """A standalone of each version of the matrix (tests/integration/
     test_apache_pulsar_versions.py), configured as `apache_pulsar` plus the version's own
     keys (VERSION_OVERRIDES). pytest orders the tests by this session parameter and
-    finalizes one version's broker before it starts the next: one runs at a time."""
+    finalizes one version's broker before it starts the next: one runs at a time. The
+    default version with no keys of its own is `apache_pulsar` itself: the same broker."""
+    if request.param == VERSION and not VERSION_OVERRIDES.get(VERSION):
+        yield request.getfixturevalue("apache_pulsar")
+        return
     broker = ApachePulsar(tmp_path_factory.mktemp(f"apache-pulsar-{request.param}"),
                           version=request.param, otel=True,
                           overrides=VERSION_OVERRIDES.get(request.param))
@@ -216,6 +220,18 @@ def _selection(config: pytest.Config) -> tuple[set[str], list[str]]:
     return enabled, only
 
 
+def _run_already(item: pytest.Item) -> bool:
+    """The versions matrix's copy, on the default version, of a test imported from the
+    apache tier: the same test on the same broker (`apache_pulsar_of`), which the apache
+    tier runs where it is defined."""
+    function = getattr(item, "function", None)
+    callspec = getattr(item, "callspec", None)
+    return (item.path.name == "test_apache_pulsar_versions.py" and function is not None
+            and function.__module__ != item.module.__name__ and callspec is not None
+            and callspec.params.get("apache_pulsar_of") == VERSION
+            and not VERSION_OVERRIDES.get(VERSION))
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -231,7 +247,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     selected, deselected = [], []
     for item in items:
         tiers = tiers_of(item)
-        wanted = tiers <= enabled and (not only or bool(tiers & set(only)))
+        wanted = (tiers <= enabled and (not only or bool(tiers & set(only)))
+                  and not _run_already(item))
         (selected if wanted else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
