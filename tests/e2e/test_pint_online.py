@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.scenario import REPO, Scenario, rule_files
 from tests.harness import go_tools
+from tests.harness.wait import poll
 
 CHART_RULES = sorted((REPO / "helm" / "pulsar-quota-exporter" / "files" / "rules")
                      .glob("*.rules.yaml"))
@@ -63,15 +63,9 @@ def test_pint_online_finds_nothing_in_the_rules(config: Path, where: str) -> Non
     """Each set alone, as it is deployed: together, every rule is its own duplicate."""
     files = rule_files() if where == "alerts" else CHART_RULES
     assert len(files) == len(rule_files())
-    deadline = time.monotonic() + CLEAN_WITHIN
-    while True:
-        done = _pint(config, *files)
-        if done.returncode == 0 and "Problems found" not in done.stderr:
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"pint online was not clean within {CLEAN_WITHIN:.0f} s:\n"
-                        f"{done.stdout}\n{done.stderr}")
-        time.sleep(5)
+    done = poll(lambda: _pint(config, *files), "pint online clean", timeout=CLEAN_WITHIN,
+                interval=5,
+                until=lambda d: d.returncode == 0 and "Problems found" not in d.stderr)
     assert "online=true" in done.stderr, done.stderr  # the checks that ask Prometheus ran
 
 
